@@ -1,0 +1,6 @@
+#!/usr/bin/env bash
+# Runs every test (unit, parity, end-to-end) through ctest.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BUILD=${BUILD:-build}
+ctest --test-dir "$BUILD" --output-on-failure -j "$(nproc)" "$@"

@@ -316,8 +316,13 @@ bool Glm47Parser::step(bool final, ParsedChunk& out) {
       return false;
     }
     case State::ToolCall: {
-      std::size_t pos = buf_.find(kToolCallClose);
-      if (pos == std::string::npos && !final) return false;
+      std::size_t pos = buf_.find(kToolCallClose, scan_from_);
+      if (pos == std::string::npos && !final) {
+        // Resume the search where a marker could still start (tool calls can be long).
+        scan_from_ = buf_.size() >= kToolCallClose.size() ? buf_.size() - kToolCallClose.size() + 1 : 0;
+        return false;
+      }
+      scan_from_ = 0;
       std::string raw = buf_.substr(0, pos);
       if (auto tc = glm47::parse_call(raw, tools_)) {
         out.tool_calls.push_back(std::move(*tc));

@@ -39,6 +39,7 @@ class Glm47Parser final : public Parser {
   std::string buf_;
   std::string tool_ws_;  // whitespace trimmed before <tool_call>, restored if the call turns out malformed
   bool skip_ws_ = false;
+  std::size_t scan_from_ = 0;  // where to resume looking for the end of a tool call in buf_
 };
 
 namespace glm47 {

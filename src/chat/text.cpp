@@ -101,9 +101,20 @@ std::size_t partial_marker_len(std::string_view text, std::initializer_list<std:
   return best;
 }
 
+std::size_t utf8_complete_len(std::string_view text) {
+  // Look back over at most 3 continuation bytes for the lead byte of the last sequence.
+  std::size_t n = text.size();
+  std::size_t back = 0;
+  while (back < 3 && back < n && (static_cast<unsigned char>(text[n - 1 - back]) & 0xC0) == 0x80) ++back;
+  if (back == n) return n;
+  unsigned char lead = static_cast<unsigned char>(text[n - 1 - back]);
+  std::size_t need = lead >= 0xF0 ? 4 : lead >= 0xE0 ? 3 : lead >= 0xC0 ? 2 : 1;
+  return need > back + 1 ? n - 1 - back : n;
+}
+
 std::size_t safe_emit_len(std::string_view text, std::initializer_list<std::string_view> markers) {
   std::size_t n = text.size() - partial_marker_len(text, markers);
-  return rstrip(text.substr(0, n)).size();
+  return utf8_complete_len(rstrip(text.substr(0, n)));
 }
 
 void check_role(const std::string& role, std::size_t index) {

@@ -30,8 +30,12 @@ std::size_t find_marker(std::string_view text, std::initializer_list<std::string
 // be completed by the next chunk).
 std::size_t partial_marker_len(std::string_view text, std::initializer_list<std::string_view> markers);
 
+// Length of `text` without a trailing incomplete UTF-8 sequence (one the next chunk may complete).
+std::size_t utf8_complete_len(std::string_view text);
+
 // For streaming plain text that the format trims before a marker: how much of `text` can be emitted now,
-// holding back a possible partial marker and the whitespace before it (or trailing whitespace).
+// holding back a possible partial marker and the whitespace before it (or trailing whitespace), and an
+// incomplete trailing UTF-8 sequence so that every piece is valid UTF-8 when the whole output is.
 std::size_t safe_emit_len(std::string_view text, std::initializer_list<std::string_view> markers);
 
 // Validates a role name ("system", "developer", "user", "assistant", "tool"), else throws InvalidInput.

@@ -1,3 +1,5 @@
+#include <random>
+
 #include <gtest/gtest.h>
 
 #include "chat/glm47.h"
@@ -206,6 +208,57 @@ TEST(Glm47Parser, HoldsBackOnlyAPossibleMarker) {
   EXPECT_TRUE(c.empty());
   c = p->feed("x");  // not a marker after all
   EXPECT_EQ(c.content, " <tool_calx");
+}
+
+TEST(Parsers, PiecesAreWholeUtf8Characters) {
+  for (const char* name : {"gemma4", "glm-4.7"}) {
+    auto p = make_parser(name, opts(false));
+    EXPECT_EQ(p->feed("caf\xC3").content, "caf") << name;
+    EXPECT_EQ(p->feed("\xA9 \xE2\x82").content, "\xC3\xA9 ") << name;
+    EXPECT_EQ(p->feed("\xAC!").content, "\xE2\x82\xAC!") << name;
+  }
+}
+
+TEST(Parsers, LongToolCallInSmallChunks) {
+  std::string value(200000, 'x');
+  auto r = parse("glm-4.7", opts(false),
+                 "<tool_call>write<arg_key>text</arg_key><arg_value>" + value + "</arg_value></tool_call>");
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].arguments["text"], value);
+  r = parse("gemma4", opts(false), "<|tool_call>call:write{text:<|\"|>" + value + "<|\"|>}<tool_call|>");
+  ASSERT_EQ(r.tool_calls.size(), 1u);
+  EXPECT_EQ(r.tool_calls[0].arguments["text"], value);
+}
+
+TEST(Parsers, RandomSplitsGiveTheSameResult) {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"gemma4",
+       "<|channel>thought\nPlan: call it.\n<channel|>\nSure. <|tool_call>call:f{a:<|\"|>x<|\"|>,b:[1,2]}<tool_call|>"
+       "<|tool_response> then <|tool_call>bad<tool_call|> <|chan end \n"},
+      {"glm-4.7",
+       " Plan.\n</think>\nSure. <tool_call>f<arg_key>a</arg_key><arg_value>x</arg_value></tool_call> then "
+       "<tool_call>bad one</tool_call> <tool_ end \n"}};
+  std::mt19937 rng(1234);
+  for (const auto& [name, text] : cases) {
+    auto whole_parser = make_parser(name, opts(true));
+    ParsedChunk whole = parse_all(*whole_parser, text, 0);
+    for (int round = 0; round < 200; ++round) {
+      auto p = make_parser(name, opts(true));
+      ParsedChunk split;
+      std::size_t i = 0;
+      while (i < text.size()) {
+        std::size_t n = std::uniform_int_distribution<std::size_t>(1, 12)(rng);
+        split.append(p->feed(std::string_view(text).substr(i, n)));
+        i += n;
+      }
+      split.append(p->finish());
+      ASSERT_EQ(split.content, whole.content) << name << " round " << round;
+      ASSERT_EQ(split.thinking, whole.thinking) << name << " round " << round;
+      ASSERT_EQ(split.tool_calls, whole.tool_calls) << name << " round " << round;
+    }
+    EXPECT_EQ(whole.tool_calls.size(), 1u) << name;
+    EXPECT_NE(whole.content.find("bad"), std::string::npos) << name;
+  }
 }
 
 TEST(Parsers, UnknownNameListsValidOnes) {

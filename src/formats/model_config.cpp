@@ -98,6 +98,14 @@ const char* type_name(const json& v) {
   }
 }
 
+// A value for an error message; containers are only named (dumping untrusted nesting could recurse deeply).
+std::string brief(const json& v) {
+  if (v.is_structured()) return "";
+  std::string d = v.dump();
+  if (d.size() > 80) d = d.substr(0, 77) + "...";
+  return " " + d;
+}
+
 class Fields {
  public:
   Fields(const json& obj, std::string source, std::string prefix = "")
@@ -130,7 +138,7 @@ class Fields {
       double d = v.get<double>();
       if (std::isfinite(d) && d == std::floor(d) && std::fabs(d) < 9e15) return static_cast<int64_t>(d);
     }
-    error(key, fmt::format("expected an integer, got {} {}", type_name(v), v.dump()));
+    error(key, fmt::format("expected an integer, got {}{}", type_name(v), brief(v)));
   }
   int64_t i64(const std::string& key) const { return to_int(key, at(key)); }
   int64_t i64(const std::string& key, int64_t def) const { return has(key) ? i64(key) : def; }
@@ -160,7 +168,7 @@ class Fields {
 
   double num(const std::string& key) const {
     const json& v = at(key);
-    if (!v.is_number()) error(key, fmt::format("expected a number, got {} {}", type_name(v), v.dump()));
+    if (!v.is_number()) error(key, fmt::format("expected a number, got {}{}", type_name(v), brief(v)));
     double d = v.get<double>();
     if (!std::isfinite(d)) error(key, "expected a finite number");
     return d;
@@ -175,13 +183,13 @@ class Fields {
   bool boolean(const std::string& key, bool def) const {
     if (!has(key)) return def;
     const json& v = at(key);
-    if (!v.is_boolean()) error(key, fmt::format("expected true or false, got {} {}", type_name(v), v.dump()));
+    if (!v.is_boolean()) error(key, fmt::format("expected true or false, got {}{}", type_name(v), brief(v)));
     return v.get<bool>();
   }
   std::string str(const std::string& key, const std::string& def) const {
     if (!has(key)) return def;
     const json& v = at(key);
-    if (!v.is_string()) error(key, fmt::format("expected a string, got {} {}", type_name(v), v.dump()));
+    if (!v.is_string()) error(key, fmt::format("expected a string, got {}{}", type_name(v), brief(v)));
     return v.get<std::string>();
   }
   // An integer or a list of integers (eos_token_id).
@@ -201,7 +209,7 @@ class Fields {
   const json* object(const std::string& key) const {
     if (!has(key)) return nullptr;
     const json& v = at(key);
-    if (!v.is_object()) error(key, fmt::format("expected an object, got {} {}", type_name(v), v.dump()));
+    if (!v.is_object()) error(key, fmt::format("expected an object, got {}{}", type_name(v), brief(v)));
     return &v;
   }
   const json& obj() const { return obj_; }
@@ -220,7 +228,7 @@ void append_unique(std::vector<int64_t>& dst, const std::vector<int64_t>& src) {
 }
 
 RopeConfig parse_rope(const Fields& f, const json& v, const std::string& key, const RopeConfig& def) {
-  if (!v.is_object()) f.error(key, fmt::format("expected an object, got {} {}", type_name(v), v.dump()));
+  if (!v.is_object()) f.error(key, fmt::format("expected an object, got {}{}", type_name(v), brief(v)));
   Fields r(v, f.source(), f.field(key) + ".");
   RopeConfig rc = def;
   rc.type = r.str("rope_type", r.str("type", def.type));
@@ -328,7 +336,7 @@ Gemma4TextConfig parse_gemma4_text(const Fields& f, const Fields& top, Architect
     if (static_cast<int64_t>(lt.size()) != c.num_layers)
       f.error("layer_types", fmt::format("has {} entries but num_hidden_layers is {}", lt.size(), c.num_layers));
     for (size_t i = 0; i < lt.size(); i++) {
-      std::string t = lt[i].is_string() ? lt[i].get<std::string>() : lt[i].dump();
+      std::string t = lt[i].is_string() ? lt[i].get<std::string>() : std::string(type_name(lt[i]));
       if (t == "sliding_attention") {
         sliding[i] = true;
       } else if (t == "full_attention") {
@@ -550,7 +558,7 @@ Glm4MoeLiteConfig Glm4MoeLiteConfig::parse(const json& config, const std::string
     if (static_cast<int64_t>(mt.size()) != c.num_layers)
       f.error("mlp_layer_types", fmt::format("has {} entries but num_hidden_layers is {}", mt.size(), c.num_layers));
     for (size_t i = 0; i < mt.size(); i++) {
-      std::string t = mt[i].is_string() ? mt[i].get<std::string>() : mt[i].dump();
+      std::string t = mt[i].is_string() ? mt[i].get<std::string>() : std::string(type_name(mt[i]));
       if (t == "dense") {
         c.layer_is_moe[i] = false;
       } else if (t != "sparse") {

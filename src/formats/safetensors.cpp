@@ -101,8 +101,8 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
     uint64_t numel = 1;
     bool overflow = false;
     for (const auto& d : *sh) {
-      if (!d.is_number_unsigned()) bad(path, "tensor {}: shape {} holds a value that is not a non-negative integer",
-                                       name, sh->dump());
+      if (!d.is_number_unsigned())
+        bad(path, "tensor {}: shape holds a value that is not a non-negative integer", name);
       uint64_t dv = d.get<uint64_t>();
       if (dv > static_cast<uint64_t>(std::numeric_limits<int64_t>::max())) overflow = true;
       e.shape.push_back(static_cast<int64_t>(dv & 0x7fffffffffffffffull));
@@ -113,7 +113,7 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
         nbytes > static_cast<uint64_t>(std::numeric_limits<int64_t>::max()))
       bad(path, "tensor {}: shape {} is too large", name, sh->dump());
     if (!off->is_array() || off->size() != 2 || !(*off)[0].is_number_unsigned() || !(*off)[1].is_number_unsigned())
-      bad(path, "tensor {}: data_offsets must be two non-negative integers, got {}", name, off->dump());
+      bad(path, "tensor {}: data_offsets must be two non-negative integers", name);
     const uint64_t b = (*off)[0].get<uint64_t>(), en = (*off)[1].get<uint64_t>();
     if (b > en) bad(path, "tensor {}: data_offsets [{}, {}] begin after they end", name, b, en);
     if (en > data_size)
@@ -149,7 +149,11 @@ const SafetensorsEntry& SafetensorsFile::entry(const std::string& name) const {
 
 Tensor SafetensorsFile::get(const std::string& name) const {
   const SafetensorsEntry& e = entry(name);
-  return Tensor(file_, e.dtype, e.shape, static_cast<size_t>(e.begin));
+  if (e.begin % dtype_size(e.dtype) == 0) return Tensor(file_, e.dtype, e.shape, static_cast<size_t>(e.begin));
+  // Misaligned for its element type (files from writers that do not order tensors by alignment): copy.
+  Tensor t = Tensor::empty(e.shape, e.dtype);
+  if (e.end > e.begin) std::memcpy(t.raw(), file_->bytes() + e.begin, e.end - e.begin);
+  return t;
 }
 
 std::vector<std::string> SafetensorsFile::names() const {
@@ -161,6 +165,22 @@ std::vector<std::string> SafetensorsFile::names() const {
 
 // ---------------------------------------------------------------------------------------------------------------
 // TensorStore
+
+TensorStore::TensorStore(const std::vector<fs::path>& files) {
+  if (files.empty()) throw InvalidInput("no safetensors files given");
+  root_ = files.front().parent_path();
+  source_ = files.front();
+  sharded_ = files.size() > 1;
+  for (const auto& f : files) {
+    files_.push_back(std::make_shared<SafetensorsFile>(f));
+    for (const auto& n : files_.back()->names()) {
+      if (where_.count(n))
+        throw InvalidInput(fmt::format("tensor {} appears in both {} and {}", n, files_[where_[n]]->path().string(),
+                                       f.string()));
+      where_[n] = files_.size() - 1;
+    }
+  }
+}
 
 TensorStore::TensorStore(const fs::path& p) {
   std::error_code ec;
@@ -365,29 +385,39 @@ void write_tensor_data(FileWriter& w, const Tensor& t) {
 
 void write_safetensors(const fs::path& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata) {
-  std::map<std::string, const Tensor*> sorted;
+  std::map<std::string, const Tensor*> by_name;
   for (const auto& [name, t] : tensors) {
     VATIC_CHECK(!name.empty() && name != "__metadata__", "write_safetensors {}: invalid tensor name \"{}\"",
                 path.string(), name);
     VATIC_CHECK(t.defined(), "write_safetensors {}: tensor {} is undefined", path.string(), name);
     VATIC_CHECK(t.device() == Device::CPU, "write_safetensors {}: tensor {} is not in host memory", path.string(),
                 name);
-    VATIC_CHECK(sorted.emplace(name, &t).second, "write_safetensors {}: duplicate tensor name {}", path.string(),
+    VATIC_CHECK(by_name.emplace(name, &t).second, "write_safetensors {}: duplicate tensor name {}", path.string(),
                 name);
   }
+  // Data order: larger element sizes first, then by name (what the reference writer does). With the header padded
+  // to 8 bytes this keeps every tensor aligned to its element size, so readers can map them in place.
+  std::vector<std::pair<std::string, const Tensor*>> sorted(by_name.begin(), by_name.end());
+  std::stable_sort(sorted.begin(), sorted.end(), [](const auto& a, const auto& b) {
+    return dtype_size(a.second->dtype()) > dtype_size(b.second->dtype());
+  });
   ordered_json header = ordered_json::object();
   if (!metadata.empty()) {
     ordered_json m = ordered_json::object();
     for (const auto& [k, v] : metadata) m[k] = v;
     header["__metadata__"] = std::move(m);
   }
+  std::map<std::string, uint64_t> offsets;
   uint64_t offset = 0;
   for (const auto& [name, t] : sorted) {
+    offsets[name] = offset;
+    offset += t->nbytes();
+  }
+  for (const auto& [name, t] : by_name) {  // header keys in name order
     ordered_json e = ordered_json::object();
     e["dtype"] = dtype_name(t->dtype());
     e["shape"] = t->shape();
-    e["data_offsets"] = {offset, offset + t->nbytes()};
-    offset += t->nbytes();
+    e["data_offsets"] = {offsets[name], offsets[name] + t->nbytes()};
     header[name] = std::move(e);
   }
   std::string h = header.dump();

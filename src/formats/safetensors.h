@@ -24,7 +24,8 @@ struct SafetensorsEntry {
   uint64_t end = 0;
 };
 
-// One mapped .safetensors file. Tensors returned by get() are views into the mapping and keep it alive.
+// One mapped .safetensors file. Tensors returned by get() are views into the mapping and keep it alive (a tensor
+// whose offset is not a multiple of its element size is copied into aligned host memory instead).
 class SafetensorsFile {
  public:
   explicit SafetensorsFile(const std::filesystem::path& path);
@@ -53,6 +54,8 @@ class SafetensorsFile {
 class TensorStore {
  public:
   explicit TensorStore(const std::filesystem::path& dir_or_file);
+  // Tensors spread over several safetensors files (e.g. store blobs); a name may appear in only one of them.
+  explicit TensorStore(const std::vector<std::filesystem::path>& files);
 
   bool has(const std::string& name) const { return where_.count(name) != 0; }
   // Throws vatic::NotFound: "tensor NAME is missing from FILE".
@@ -84,8 +87,9 @@ class TensorStore {
 };
 
 // Writes tensors (host memory, contiguous or strided) into a safetensors file atomically (temp file in the same
-// folder, fsync, rename, fsync of the folder). The header is padded with spaces to a multiple of 8 bytes; tensor
-// data is laid out in sorted name order. Names must be unique and non-empty and not "__metadata__".
+// folder, fsync, rename, fsync of the folder). The header is padded with spaces to a multiple of 8 bytes and lists
+// tensors in name order; the data section holds them by descending element size, then name (as the reference
+// writer does), so every tensor is aligned to its element size. Names must be unique, non-empty, not "__metadata__".
 using NamedTensor = std::pair<std::string, Tensor>;
 void write_safetensors(const std::filesystem::path& path, const std::vector<NamedTensor>& tensors,
                        const std::map<std::string, std::string>& metadata = {});

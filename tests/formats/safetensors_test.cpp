@@ -101,8 +101,22 @@ TEST(Safetensors, RoundTripAllDtypesStridedAndMetadata) {
   EXPECT_EQ(n % 8, 0u);
   EXPECT_EQ(raw[8], '{');
   json h = json::parse(raw.substr(8, n));
-  EXPECT_EQ(h["a.f32t"]["data_offsets"][0], 0);
-  EXPECT_EQ(h["z.f32"]["data_offsets"][1], raw.size() - 8 - n);
+  // Data: by descending element size, then name, so everything is aligned; header keys in name order.
+  EXPECT_EQ(h["e.i64"]["data_offsets"][0], 0);
+  EXPECT_EQ(h["a.f32t"]["data_offsets"][0], 16);
+  EXPECT_EQ(h["f.u8"]["data_offsets"][1], raw.size() - 8 - n);
+  EXPECT_EQ((8 + n) % 8, 0u);
+  for (auto it = h.begin(); it != h.end(); ++it) {
+    if (it.key() == "__metadata__") continue;
+    DType dt;
+    ASSERT_TRUE(parse_dtype(it.value()["dtype"].get<std::string>(), &dt));
+    EXPECT_EQ(it.value()["data_offsets"][0].get<uint64_t>() % dtype_size(dt), 0u) << it.key();
+  }
+  {
+    auto key_at = raw.find("\"a.f32t\""), key_z = raw.find("\"z.f32\""), key_m = raw.find("__metadata__");
+    EXPECT_LT(key_m, key_at);
+    EXPECT_LT(key_at, key_z);
+  }
   EXPECT_EQ(h["__metadata__"]["note"], "hello");
 
   SafetensorsFile f(p);
@@ -149,6 +163,21 @@ TEST(Safetensors, WriterRefusesBadInput) {
   EXPECT_THROW(write_safetensors(d / "x.safetensors", {{"", t}}), Error);
   EXPECT_THROW(write_safetensors(d / "x.safetensors", {{"u", Tensor()}}), Error);
   EXPECT_FALSE(fs::exists(d / "x.safetensors"));
+}
+
+TEST(Safetensors, MisalignedTensorsAreCopied) {
+  TempDir d;
+  std::string hdr = R"({"a":{"dtype":"U8","shape":[1],"data_offsets":[0,1]},"b":{"dtype":"F32","shape":[1],"data_offsets":[1,5]}})";
+  float v = 2.5f;
+  std::string data(1, '\x07');
+  data.append(reinterpret_cast<const char*>(&v), 4);
+  write_bytes(d / "m.safetensors", st_bytes(hdr, 0) + data);
+  SafetensorsFile f(d / "m.safetensors");
+  Tensor b = f.get("b");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(b.raw()) % 4, 0u);
+  EXPECT_NE(b.storage().get(), f.mapping().get());
+  EXPECT_EQ(b.data<float>()[0], 2.5f);
+  EXPECT_EQ(f.get("a").storage().get(), f.mapping().get());
 }
 
 TEST(Safetensors, ReadsF8AndI8) {
@@ -333,6 +362,15 @@ TEST(SafetensorsMalformed, HugeShapesDoNotOverflow) {
               st_bytes(R"({"a": {"dtype": "F32", "shape": [0, 1000000000000], "data_offsets": [0, 0]}})", 0));
   SafetensorsFile f(d / "z.safetensors");
   EXPECT_EQ(f.get("a").numel(), 0);
+}
+
+TEST(SafetensorsMalformed, DeeplyNestedJsonDoesNotOverflowTheStack) {
+  const std::string deep = std::string(200000, '[') + std::string(200000, ']');
+  expect_invalid(st_bytes(R"({"a": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 4]}})", 4),
+                 {"tensor a", "shape"});
+  expect_invalid(st_bytes(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": )" + deep + "}}", 4),
+                 {"tensor a", "data_offsets"});
+  expect_invalid(st_bytes(R"({"a": )" + deep + "}", 0), {"tensor a", "not an object"});
 }
 
 TEST(SafetensorsMalformed, PathIsADirectoryOrMissing) {

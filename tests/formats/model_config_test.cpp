@@ -2,6 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <fstream>
 #include <string>
 
 #include "formats/safetensors.h"
@@ -232,6 +235,38 @@ TEST(ModelConfig, DetectArchitecture) {
   EXPECT_THROW(load_config_json(model_dir("no-such-model")), NotFound);
 }
 
+TEST(ModelConfig, UnreadableConfigFilesNameThePath) {
+  fs::path dir = fs::temp_directory_path() / ("vatic-cfg-" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  {
+    std::ofstream(dir / "config.json") << "{\"architectures\": [\"Gemma4ForCausalLM\"], ";
+  }
+  try {
+    Gemma4TextConfig::load(dir);
+    FAIL();
+  } catch (const InvalidInput& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find((dir / "config.json").string()), std::string::npos) << m;
+    EXPECT_NE(m.find("not valid JSON"), std::string::npos) << m;
+  }
+  {
+    std::ofstream(dir / "config.json") << "[1, 2]";
+  }
+  EXPECT_THROW(Gemma4TextConfig::load(dir / "config.json"), InvalidInput);
+  {
+    std::ofstream(dir / "config.json") << R"({"architectures": ["Qwen3ForCausalLM"]})";
+  }
+  try {
+    Glm4MoeLiteConfig::load(dir);
+    FAIL();
+  } catch (const InvalidInput& e) {
+    std::string m = e.what();
+    EXPECT_NE(m.find("Qwen3ForCausalLM"), std::string::npos) << m;
+    EXPECT_NE(m.find("Glm4MoeLiteForCausalLM"), std::string::npos) << m;
+  }
+  fs::remove_all(dir);
+}
+
 // --- malformed Gemma configs ------------------------------------------------------------------------------------
 
 json e2b_tiny() { return load_config_json(model_dir("gemma4-e2b-tiny")); }
@@ -290,8 +325,7 @@ TEST(Gemma4Config, MalformedConfigsNameFileAndField) {
   }
   {
     json j = e2b_tiny();
-    j["text_config"]["num_kv_shared_layers"] = 9;  // the shared full layer 9 would have no earlier full donor... 4 is full
-    j["text_config"]["num_kv_shared_layers"] = 10;
+    j["text_config"]["num_kv_shared_layers"] = 10;  // every layer shared: nothing to read K/V from
     expect_config_error(j, {"text_config.num_kv_shared_layers", "no earlier non-shared"});
   }
   {
@@ -326,8 +360,8 @@ TEST(Gemma4Config, MalformedConfigsNameFileAndField) {
   }
   {
     json j = e2b_tiny();
-    j["text_config"]["num_attention_heads"] = 3;  // not divisible by per-layer kv heads? 1 divides all; use kv 2
-    j["text_config"]["num_key_value_heads"] = 2;
+    j["text_config"]["num_attention_heads"] = 3;
+    j["text_config"]["num_key_value_heads"] = 2;  // sliding layers: 2 KV heads cannot serve 3 query heads
     expect_config_error(j, {"do not divide num_attention_heads 3"});
   }
   {

@@ -1,0 +1,439 @@
+#include <omp.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/simd.h"
+
+namespace vatic {
+namespace {
+
+using cpu::kernels;
+
+inline float load_scalar(const Tensor& t, const uint8_t* p) {
+  switch (t.dtype()) {
+    case DType::F32: return *reinterpret_cast<const float*>(p);
+    case DType::BF16: return bf16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::F16: return f16_to_f32(*reinterpret_cast<const uint16_t*>(p));
+    case DType::F8_E4M3: return f8e4m3_to_f32(*p);
+    case DType::I32: return static_cast<float>(*reinterpret_cast<const int32_t*>(p));
+    case DType::I64: return static_cast<float>(*reinterpret_cast<const int64_t*>(p));
+    default: fail("cannot read {} as a number", dtype_name(t.dtype()));
+  }
+}
+
+inline void store_scalar(const Tensor& t, uint8_t* p, float v) {
+  switch (t.dtype()) {
+    case DType::F32: *reinterpret_cast<float*>(p) = v; break;
+    case DType::BF16: *reinterpret_cast<uint16_t*>(p) = f32_to_bf16(v); break;
+    case DType::F16: *reinterpret_cast<uint16_t*>(p) = f32_to_f16(v); break;
+    case DType::I32: *reinterpret_cast<int32_t*>(p) = static_cast<int32_t>(v); break;
+    default: fail("cannot write {} from a float", dtype_name(t.dtype()));
+  }
+}
+
+// Iterates over every element of a strided tensor, calling f(byte pointer, linear index).
+template <typename F>
+void for_each_element(const Tensor& t, F&& f) {
+  const int nd = t.ndim();
+  const int64_t n = t.numel();
+  if (n == 0) return;
+  uint8_t* base = static_cast<uint8_t*>(t.raw());
+  const size_t es = dtype_size(t.dtype());
+  if (t.is_contiguous()) {
+    for (int64_t i = 0; i < n; i++) f(base + i * es, i);
+    return;
+  }
+  std::vector<int64_t> idx(nd, 0);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t off = 0;
+    for (int d = 0; d < nd; d++) off += idx[d] * t.stride(d);
+    f(base + off * es, i);
+    for (int d = nd - 1; d >= 0; d--) {
+      if (++idx[d] < t.dim(d)) break;
+      idx[d] = 0;
+    }
+  }
+}
+
+// Row r of a 2-D view (rows may be strided; each row contiguous).
+inline float* row_f32(const Tensor& t, int64_t r) { return t.data<float>() + r * t.stride(0); }
+
+void check_rows(const Tensor& t, const char* what) {
+  VATIC_CHECK(t.ndim() >= 1 && t.stride(-1) == 1, "{}: rows of {} must be contiguous", what, t.describe());
+}
+
+// Dequantize one row of a group-wise affine quantized weight into f32.
+void dequant_row(const Linear& w, int64_t n, float* out, int64_t K) {
+  const uint32_t* q = reinterpret_cast<const uint32_t*>(static_cast<const uint8_t*>(w.weight.raw()) +
+                                                       n * w.weight.stride(-2) * 4);
+  const uint8_t* sp = static_cast<const uint8_t*>(w.scales.raw()) + n * w.scales.stride(-2) * dtype_size(w.scales.dtype());
+  const uint8_t* bp = static_cast<const uint8_t*>(w.biases.raw()) + n * w.biases.stride(-2) * dtype_size(w.biases.dtype());
+  const int per = 32 / w.bits;
+  const uint32_t mask = (1u << w.bits) - 1;
+  const size_t es = dtype_size(w.scales.dtype());
+  for (int64_t g = 0; g < K / w.group; g++) {
+    float s = load_scalar(w.scales, sp + g * es), b = load_scalar(w.biases, bp + g * es);
+    for (int64_t i = g * w.group; i < (g + 1) * w.group; i++) {
+      uint32_t v = (q[i / per] >> ((i % per) * w.bits)) & mask;
+      out[i] = s * static_cast<float>(v) + b;
+    }
+  }
+}
+
+class CpuBackend final : public Backend {
+ public:
+  Device device() const override { return Device::CPU; }
+  const char* name() const override { return "cpu"; }
+
+  Tensor empty(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype, Device::CPU); }
+  Tensor upload(const Tensor& host) override { return host; }
+  Tensor download(const Tensor& t) override {
+    if (t.is_contiguous()) return t;
+    Tensor out = empty(t.shape(), t.dtype());
+    copy(t, out);
+    return out;
+  }
+
+  void copy(const Tensor& src, const Tensor& dst) override {
+    VATIC_CHECK(src.shape() == dst.shape(), "copy: shapes {} and {} differ", src.describe(), dst.describe());
+    if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+      std::memcpy(dst.raw(), src.raw(), src.nbytes());
+      return;
+    }
+    // Row-wise fast path for same-dtype tensors whose last dim is contiguous.
+    if (src.dtype() == dst.dtype() && src.ndim() == 2 && src.stride(1) == 1 && dst.stride(1) == 1) {
+      size_t es = dtype_size(src.dtype());
+      for (int64_t r = 0; r < src.dim(0); r++)
+        std::memcpy(static_cast<uint8_t*>(dst.raw()) + r * dst.stride(0) * es,
+                    static_cast<const uint8_t*>(src.raw()) + r * src.stride(0) * es, src.dim(1) * es);
+      return;
+    }
+    std::vector<float> vals(src.numel());
+    for_each_element(src, [&](const uint8_t* p, int64_t i) { vals[i] = load_scalar(src, p); });
+    for_each_element(dst, [&](uint8_t* p, int64_t i) { store_scalar(dst, p, vals[i]); });
+  }
+
+  void fill(const Tensor& dst, float value) override {
+    for_each_element(dst, [&](uint8_t* p, int64_t) { store_scalar(dst, p, value); });
+  }
+
+  void matmul(const Tensor& x, const Linear& w, const Tensor& y, bool accumulate) override {
+    VATIC_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.dtype() == DType::F32 && y.dtype() == DType::F32,
+                "matmul expects F32 [T, K] input and output, got {} and {}", x.describe(), y.describe());
+    check_rows(x, "matmul");
+    check_rows(y, "matmul");
+    const int64_t T = x.dim(0), K = x.dim(1), N = w.out_features();
+    VATIC_CHECK(w.in_features() == K && y.dim(0) == T && y.dim(1) == N, "matmul: x {} · W{} -> y {}", x.describe(),
+                w.weight.describe(), y.describe());
+    if (w.quantized()) return matmul_quantized(x, w, y, accumulate);
+    const DType wt = w.weight.dtype();
+    VATIC_CHECK(w.weight.stride(-1) == 1, "matmul: weight rows must be contiguous");
+    const int64_t ldw = w.weight.stride(-2), ldx = x.stride(0), ldy = y.stride(0);
+    const float* X = x.data<float>();
+    float* Y = y.data<float>();
+    const auto& k = kernels();
+    // Token blocks keep x in cache while the weight rows stream; weight rows are split across threads.
+    const int64_t TB = 64;
+    for (int64_t t0 = 0; t0 < T; t0 += TB) {
+      const int64_t t1 = std::min(T, t0 + TB);
+      const bool big = N * K * (t1 - t0) > (1 << 16);
+#pragma omp parallel if (big)
+      {
+        std::vector<float> wrow;
+        if (wt != DType::BF16 && wt != DType::F32) wrow.resize(K);
+#pragma omp for schedule(static)
+        for (int64_t n = 0; n < N; n++) {
+          const uint8_t* wp = static_cast<const uint8_t*>(w.weight.raw()) + n * ldw * dtype_size(wt);
+          const float* wf = nullptr;
+          const uint16_t* wb = nullptr;
+          if (wt == DType::BF16) {
+            wb = reinterpret_cast<const uint16_t*>(wp);
+          } else if (wt == DType::F32) {
+            wf = reinterpret_cast<const float*>(wp);
+          } else {
+            for (int64_t i = 0; i < K; i++) wrow[i] = load_scalar(w.weight, wp + i * dtype_size(wt));
+            wf = wrow.data();
+          }
+          int64_t t = t0;
+          float r4[4];
+          for (; t + 4 <= t1; t += 4) {
+            if (wb)
+              k.dot4_bf16(X + t * ldx, ldx, wb, K, r4);
+            else
+              k.dot4_f32(X + t * ldx, ldx, wf, K, r4);
+            for (int r = 0; r < 4; r++) {
+              float& out = Y[(t + r) * ldy + n];
+              out = accumulate ? out + r4[r] : r4[r];
+            }
+          }
+          for (; t < t1; t++) {
+            float v = wb ? k.dot_bf16(X + t * ldx, wb, K) : k.dot_f32(X + t * ldx, wf, K);
+            float& out = Y[t * ldy + n];
+            out = accumulate ? out + v : v;
+          }
+        }
+      }
+    }
+  }
+
+  // Reference path: dequantize each weight row once per token block. Optimised kernels live in quant/.
+  void matmul_quantized(const Tensor& x, const Linear& w, const Tensor& y, bool accumulate) {
+    const int64_t T = x.dim(0), K = x.dim(1), N = w.out_features();
+    const int64_t ldx = x.stride(0), ldy = y.stride(0);
+    const float* X = x.data<float>();
+    float* Y = y.data<float>();
+    const auto& k = kernels();
+#pragma omp parallel if (N * K * T > (1 << 16))
+    {
+      std::vector<float> wrow(K);
+#pragma omp for schedule(static)
+      for (int64_t n = 0; n < N; n++) {
+        dequant_row(w, n, wrow.data(), K);
+        for (int64_t t = 0; t < T; t++) {
+          float v = k.dot_f32(X + t * ldx, wrow.data(), K);
+          float& out = Y[t * ldy + n];
+          out = accumulate ? out + v : v;
+        }
+      }
+    }
+  }
+
+  void embedding(const Tensor& table, const Tensor& ids, float scale, const Tensor& out) override {
+    const int64_t n = ids.numel(), D = table.dim(-1), V = table.dim(0);
+    VATIC_CHECK(out.dim(0) == n && out.dim(1) == D, "embedding: output {} for {} ids of width {}", out.describe(), n, D);
+    const int32_t* id = ids.data<int32_t>();
+    const size_t es = dtype_size(table.dtype());
+    for (int64_t i = 0; i < n; i++) {
+      VATIC_CHECK(id[i] >= 0 && id[i] < V, "token id {} is outside the vocabulary of {}", id[i], V);
+      const uint8_t* src = static_cast<const uint8_t*>(table.raw()) + id[i] * table.stride(0) * es;
+      float* dst = row_f32(out, i);
+      if (table.dtype() == DType::BF16) {
+        const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
+        for (int64_t j = 0; j < D; j++) dst[j] = bf16_to_f32(s[j]) * scale;
+      } else {
+        for (int64_t j = 0; j < D; j++) dst[j] = load_scalar(table, src + j * es) * scale;
+      }
+    }
+  }
+
+  void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
+    VATIC_CHECK(x.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32, "rms_norm expects contiguous F32");
+    const int64_t D = x.dim(-1), R = x.numel() / D;
+    std::vector<float> wf;
+    if (w) {
+      VATIC_CHECK(w->numel() == D, "rms_norm weight {} for rows of {}", w->describe(), D);
+      wf.resize(D);
+      for_each_element(*w, [&](const uint8_t* p, int64_t i) { wf[i] = load_scalar(*w, p); });
+    }
+    const float* X = x.data<float>();
+    float* Y = y.data<float>();
+#pragma omp parallel for schedule(static) if (R * D > 65536)
+    for (int64_t r = 0; r < R; r++) {
+      const float* xr = X + r * D;
+      float* yr = Y + r * D;
+      double ss = 0;  // f32 in the reference; double keeps our sum order from mattering
+      for (int64_t i = 0; i < D; i++) ss += static_cast<double>(xr[i]) * xr[i];
+      float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
+      if (w)
+        for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv * wf[i];
+      else
+        for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv;
+    }
+  }
+
+  void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) override {
+    VATIC_CHECK(x.ndim() == 3 && x.stride(2) == 1 && x.dtype() == DType::F32, "rope expects F32 [T, H, D], got {}",
+                x.describe());
+    const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), n = inv_freq.numel();
+    const int32_t* pos = positions.data<int32_t>();
+    const float* f = inv_freq.data<float>();
+    VATIC_CHECK(interleaved ? 2 * n <= D : 2 * n <= D, "rope: {} frequencies for head dim {}", n, D);
+    std::vector<float> c(n), s(n);
+    for (int64_t t = 0; t < T; t++) {
+      for (int64_t i = 0; i < n; i++) {
+        float a = static_cast<float>(pos[t]) * f[i];
+        c[i] = std::cos(a);
+        s[i] = std::sin(a);
+      }
+      for (int64_t h = 0; h < H; h++) {
+        float* v = x.data<float>() + t * x.stride(0) + h * x.stride(1);
+        for (int64_t i = 0; i < n; i++) {
+          int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + D / 2;
+          float x0 = v[a], x1 = v[b];
+          v[a] = x0 * c[i] - x1 * s[i];
+          v[b] = x1 * c[i] + x0 * s[i];
+        }
+      }
+    }
+  }
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
+                 const AttentionParams& p, const Tensor& out) override {
+    const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
+    VATIC_CHECK(k.dim(2) == D && v.dim(0) == S && v.dim(1) == Hkv && Hq % Hkv == 0 && out.dim(0) == T &&
+                    out.dim(1) == Hq && out.dim(2) == Dv,
+                "attention: q {} k {} v {} out {}", q.describe(), k.describe(), v.describe(), out.describe());
+    VATIC_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1 && out.stride(2) == 1,
+                "attention: head rows must be contiguous");
+    const int32_t* qp = q_pos.data<int32_t>();
+    const int32_t* kp = k_pos.data<int32_t>();
+    const int64_t group = Hq / Hkv;
+    const auto& kk = kernels();
+#pragma omp parallel if (T * Hq * S * D > (1 << 15))
+    {
+      std::vector<float> sc(S);
+      std::vector<float> acc(Dv);
+#pragma omp for collapse(2) schedule(static)
+      for (int64_t t = 0; t < T; t++) {
+        for (int64_t h = 0; h < Hq; h++) {
+          const float* qv = q.data<float>() + t * q.stride(0) + h * q.stride(1);
+          const int64_t kh = h / group;
+          const int32_t pq = qp[t];
+          float mx = -std::numeric_limits<float>::infinity();
+          for (int64_t s = 0; s < S; s++) {
+            const int32_t pk = kp[s];
+            bool visible = pk >= 0 && pk <= pq && (p.window <= 0 || pq - pk < p.window);
+            if (!visible) {
+              sc[s] = -std::numeric_limits<float>::infinity();
+              continue;
+            }
+            sc[s] = p.scale * kk.dot_f32(qv, k.data<float>() + s * k.stride(0) + kh * k.stride(1), D);
+            mx = std::max(mx, sc[s]);
+          }
+          float* o = out.data<float>() + t * out.stride(0) + h * out.stride(1);
+          if (mx == -std::numeric_limits<float>::infinity()) {
+            std::fill(o, o + Dv, 0.0f);
+            continue;
+          }
+          double sum = 0;
+          for (int64_t s = 0; s < S; s++) {
+            float e = sc[s] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(sc[s] - mx);
+            sc[s] = e;
+            sum += e;
+          }
+          std::fill(acc.begin(), acc.end(), 0.0f);
+          for (int64_t s = 0; s < S; s++) {
+            if (sc[s] == 0.0f) continue;
+            kk.axpy(sc[s], v.data<float>() + s * v.stride(0) + kh * v.stride(1), acc.data(), Dv);
+          }
+          const float inv = static_cast<float>(1.0 / sum);
+          for (int64_t i = 0; i < Dv; i++) o[i] = acc[i] * inv;
+        }
+      }
+    }
+  }
+
+  template <typename F>
+  void binary(const Tensor& a, const Tensor& b, const Tensor& y, F&& f) {
+    VATIC_CHECK(a.is_contiguous() && b.is_contiguous() && y.is_contiguous() && a.dtype() == DType::F32 &&
+                    b.dtype() == DType::F32 && y.numel() == a.numel(),
+                "elementwise op on {} and {}", a.describe(), b.describe());
+    const int64_t n = a.numel(), m = b.numel();
+    VATIC_CHECK(m > 0 && n % m == 0, "cannot broadcast {} over {}", b.describe(), a.describe());
+    const float* A = a.data<float>();
+    const float* B = b.data<float>();
+    float* Y = y.data<float>();
+    if (m == n) {
+      for (int64_t i = 0; i < n; i++) Y[i] = f(A[i], B[i]);
+    } else {
+      for (int64_t i = 0; i < n; i++) Y[i] = f(A[i], B[i % m]);
+    }
+  }
+  void add(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    binary(a, b, y, [](float u, float v) { return u + v; });
+  }
+  void mul(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    binary(a, b, y, [](float u, float v) { return u * v; });
+  }
+  void scale(const Tensor& a, float s, const Tensor& y) override {
+    const float* A = a.data<float>();
+    float* Y = y.data<float>();
+    for (int64_t i = 0; i < a.numel(); i++) Y[i] = A[i] * s;
+  }
+  static float act(Unary op, float x) {
+    switch (op) {
+      case Unary::GeluTanh: {
+        const float c = 0.7978845608028654f;  // sqrt(2/pi)
+        return 0.5f * x * (1.0f + std::tanh(c * (x + 0.044715f * x * x * x)));
+      }
+      case Unary::Silu: return x / (1.0f + std::exp(-x));
+      case Unary::Sigmoid: return 1.0f / (1.0f + std::exp(-x));
+      case Unary::Tanh: return std::tanh(x);
+      case Unary::Exp: return std::exp(x);
+    }
+    return x;
+  }
+  void unary(Unary op, const Tensor& a, const Tensor& y) override {
+    const float* A = a.data<float>();
+    float* Y = y.data<float>();
+    const int64_t n = a.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) Y[i] = act(op, A[i]);
+  }
+  void gated(Unary op, const Tensor& g, const Tensor& u, const Tensor& y) override {
+    VATIC_CHECK(g.numel() == u.numel() && g.is_contiguous() && u.is_contiguous(), "gated: {} and {}", g.describe(),
+                u.describe());
+    const float* G = g.data<float>();
+    const float* U = u.data<float>();
+    float* Y = y.data<float>();
+    const int64_t n = g.numel();
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t i = 0; i < n; i++) Y[i] = act(op, G[i]) * U[i];
+  }
+  void softcap(const Tensor& a, float cap, const Tensor& y) override {
+    const float* A = a.data<float>();
+    float* Y = y.data<float>();
+    for (int64_t i = 0; i < a.numel(); i++) Y[i] = cap * std::tanh(A[i] / cap);
+  }
+  void softmax(const Tensor& a, const Tensor& y) override {
+    const int64_t D = a.dim(-1), R = a.numel() / D;
+    for (int64_t r = 0; r < R; r++) {
+      const float* x = a.data<float>() + r * D;
+      float* o = y.data<float>() + r * D;
+      float mx = -std::numeric_limits<float>::infinity();
+      for (int64_t i = 0; i < D; i++) mx = std::max(mx, x[i]);
+      double sum = 0;
+      for (int64_t i = 0; i < D; i++) {
+        o[i] = std::exp(x[i] - mx);
+        sum += o[i];
+      }
+      float inv = static_cast<float>(1.0 / sum);
+      for (int64_t i = 0; i < D; i++) o[i] *= inv;
+    }
+  }
+  void topk(const Tensor& a, int k, const Tensor& values, const Tensor& indices) override {
+    const int64_t N = a.dim(-1), R = a.numel() / N;
+    VATIC_CHECK(k > 0 && k <= N, "topk: k={} for rows of {}", k, N);
+    std::vector<int32_t> idx(N);
+    for (int64_t r = 0; r < R; r++) {
+      const float* x = a.data<float>() + r * N;
+      for (int64_t i = 0; i < N; i++) idx[i] = static_cast<int32_t>(i);
+      // Ties go to the lower index, as torch.topk does on CPU for these sizes.
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int32_t i, int32_t j) { return x[i] > x[j] || (x[i] == x[j] && i < j); });
+      for (int i = 0; i < k; i++) {
+        values.data<float>()[r * k + i] = x[idx[i]];
+        indices.data<int32_t>()[r * k + i] = idx[i];
+      }
+    }
+  }
+};
+
+}  // namespace
+
+Backend& cpu_backend() {
+  static CpuBackend b;
+  return b;
+}
+
+Backend& backend_for(Device device) {
+  if (device == Device::CPU) return cpu_backend();
+  fail("no {} backend in this build", device_name(device));
+}
+
+}  // namespace vatic

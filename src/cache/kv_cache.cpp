@@ -1,0 +1,165 @@
+#include "cache/kv_cache.h"
+
+#include <algorithm>
+
+#include "ops/ops.h"
+
+namespace vatic {
+
+KvCache::KvCache(int64_t heads, int64_t head_dim, int64_t value_dim, Device device)
+    : heads_(heads), head_dim_(head_dim), value_dim_(value_dim), device_(device) {}
+
+Tensor KvCache::positions() const {
+  return ops::ids(std::vector<int32_t>(pos_.begin(), pos_.begin() + used_slots()), device_);
+}
+
+void KvCache::reallocate(int64_t capacity) {
+  Backend& be = backend_for(device_);
+  Tensor k = be.empty({capacity, heads_, head_dim_}, DType::F32);
+  Tensor v = be.empty({capacity, heads_, value_dim_}, DType::F32);
+  std::vector<int32_t> pos(capacity, -1);
+  const int64_t old_cap = capacity_;
+  std::vector<int32_t> old_pos = pos_;
+  Tensor old_k = keys_, old_v = values_;
+  capacity_ = capacity;
+  for (int64_t s = 0; s < old_cap; s++) {
+    if (old_pos[s] < 0) continue;
+    int64_t d = slot_of(old_pos[s]);
+    be.copy(old_k.slice(0, s, s + 1), k.slice(0, d, d + 1));
+    be.copy(old_v.slice(0, s, s + 1), v.slice(0, d, d + 1));
+    pos[d] = old_pos[s];
+  }
+  keys_ = k;
+  values_ = v;
+  pos_ = std::move(pos);
+}
+
+void KvCache::append(const Tensor& k, const Tensor& v) {
+  const int64_t T = k.dim(0);
+  VATIC_CHECK(k.ndim() == 3 && k.dim(1) == heads_ && k.dim(2) == head_dim_ && v.dim(0) == T && v.dim(1) == heads_ &&
+                  v.dim(2) == value_dim_,
+              "kv cache append: k {} v {} for a cache of {} heads × {}/{}", k.describe(), v.describe(), heads_,
+              head_dim_, value_dim_);
+  reserve_for(T);
+  Backend& be = backend_for(device_);
+  // Contiguous runs of slots (a ring may wrap once).
+  int64_t t = 0;
+  while (t < T) {
+    int64_t slot = slot_of(length_ + t);
+    int64_t run = std::min(T - t, capacity_ - slot);
+    be.copy(k.slice(0, t, t + run), keys_.slice(0, slot, slot + run));
+    be.copy(v.slice(0, t, t + run), values_.slice(0, slot, slot + run));
+    for (int64_t i = 0; i < run; i++) pos_[slot + i] = static_cast<int32_t>(length_ + t + i);
+    t += run;
+  }
+  length_ += T;
+}
+
+void KvCache::rewind(int64_t n) {
+  VATIC_CHECK(can_rewind_to(n), "cannot rewind a cache of length {} to {}: the entries it needs were overwritten",
+              length_, n);
+  for (auto& p : pos_)
+    if (p >= n) p = -1;
+  length_ = n;
+}
+
+void KvCache::rewind_all() {
+  std::fill(pos_.begin(), pos_.end(), -1);
+  length_ = 0;
+}
+
+void KvCache::restore(const KvSnapshot& s) {
+  rewind_all();
+  const int64_t n = static_cast<int64_t>(s.positions.size());
+  if (n == 0) {
+    length_ = s.length;
+    return;
+  }
+  // Entries are stored in position order; place them as if appended.
+  length_ = s.positions.front();
+  if (capacity_ < n) reallocate(std::max<int64_t>(n, 16));
+  reserve_for(n);
+  Backend& be = backend_for(device_);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t slot = slot_of(s.positions[i]);
+    be.copy(s.keys.slice(0, i, i + 1), keys_.slice(0, slot, slot + 1));
+    be.copy(s.values.slice(0, i, i + 1), values_.slice(0, slot, slot + 1));
+    pos_[slot] = s.positions[i];
+  }
+  length_ = s.length;
+}
+
+// ---- full ----
+
+FullKvCache::FullKvCache(int64_t heads, int64_t head_dim, int64_t value_dim, Device device, int64_t initial_capacity)
+    : KvCache(heads, head_dim, value_dim, device) {
+  reallocate(std::max<int64_t>(initial_capacity, 1));
+}
+
+void FullKvCache::reserve_for(int64_t extra) {
+  if (length_ + extra <= capacity_) return;
+  int64_t cap = capacity_;
+  while (cap < length_ + extra) cap *= 2;
+  reallocate(cap);
+}
+
+KvSnapshot FullKvCache::snapshot() const {
+  KvSnapshot s;
+  s.length = length_;
+  s.keys = ops::contiguous(keys_.slice(0, 0, length_));
+  s.values = ops::contiguous(values_.slice(0, 0, length_));
+  // contiguous() of a view is the view itself; copy so later appends cannot change the snapshot.
+  Backend& be = backend_for(device_);
+  Tensor k = be.empty(s.keys.shape(), DType::F32), v = be.empty(s.values.shape(), DType::F32);
+  be.copy(s.keys, k);
+  be.copy(s.values, v);
+  s.keys = k;
+  s.values = v;
+  s.positions.resize(length_);
+  for (int64_t i = 0; i < length_; i++) s.positions[i] = static_cast<int32_t>(i);
+  return s;
+}
+
+// ---- sliding ----
+
+SlidingKvCache::SlidingKvCache(int64_t heads, int64_t head_dim, int64_t value_dim, int64_t window, Device device,
+                               int64_t spare)
+    : KvCache(heads, head_dim, value_dim, device), window_(window), spare_(spare) {
+  VATIC_CHECK(window > 0, "sliding window must be positive");
+  reallocate(window + spare);
+}
+
+void SlidingKvCache::reserve_for(int64_t extra) {
+  // Queries of this forward reach back window-1 positions before its first token, and a rewind to its start
+  // must still find the window before it: W + T slots cover both.
+  if (capacity_ >= window_ + extra) return;
+  reallocate(window_ + extra + spare_);
+}
+
+bool SlidingKvCache::can_rewind_to(int64_t n) const {
+  if (n < 0 || n > length_) return false;
+  for (int64_t p = std::max<int64_t>(0, n - window_); p < n; p++)
+    if (pos_[slot_of(p)] != p) return false;
+  return true;
+}
+
+KvSnapshot SlidingKvCache::snapshot() const {
+  KvSnapshot s;
+  s.length = length_;
+  const int64_t first = std::max<int64_t>(0, length_ - window_);
+  const int64_t n = length_ - first;
+  Backend& be = backend_for(device_);
+  s.keys = be.empty({n, heads_, head_dim_}, DType::F32);
+  s.values = be.empty({n, heads_, value_dim_}, DType::F32);
+  s.positions.resize(n);
+  for (int64_t i = 0; i < n; i++) {
+    int64_t slot = slot_of(first + i);
+    VATIC_CHECK(pos_[slot] == first + i, "sliding cache lost position {}", first + i);
+    be.copy(keys_.slice(0, slot, slot + 1), s.keys.slice(0, i, i + 1));
+    be.copy(values_.slice(0, slot, slot + 1), s.values.slice(0, i, i + 1));
+    s.positions[i] = static_cast<int32_t>(first + i);
+  }
+  return s;
+}
+
+}  // namespace vatic

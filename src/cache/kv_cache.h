@@ -1,0 +1,96 @@
+#pragma once
+// Per-layer key/value caches. Entries carry their absolute positions, so attention masks by position and a ring
+// buffer needs no reordering. Both kinds can rewind to an earlier length, which speculative verification
+// (rejected drafts) and the prefix cache rely on.
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "tensor/tensor.h"
+
+namespace vatic {
+
+// What a cache needs to be restored to a given length later (the prefix cache stores these).
+struct KvSnapshot {
+  int64_t length = 0;
+  Tensor keys, values;              // [n, H, D], [n, H, Dv] for the retained positions
+  std::vector<int32_t> positions;   // absolute positions of those n rows
+  size_t bytes() const { return keys.nbytes() + values.nbytes() + positions.size() * 4; }
+};
+
+class KvCache {
+ public:
+  KvCache(int64_t heads, int64_t head_dim, int64_t value_dim, Device device);
+  virtual ~KvCache() = default;
+
+  // Appends entries for positions length() .. length()+T-1. k [T, H, D], v [T, H, Dv] (F32).
+  void append(const Tensor& k, const Tensor& v);
+  // All slots (some may be empty: position -1). Views, valid until the next append.
+  Tensor keys() const { return keys_.slice(0, 0, used_slots()); }
+  Tensor values() const { return values_.slice(0, 0, used_slots()); }
+  Tensor positions() const;  // I32 [slots]
+  int64_t length() const { return length_; }
+
+  // True when rewinding to n (<= length()) leaves every entry that positions < n need.
+  virtual bool can_rewind_to(int64_t n) const = 0;
+  // Drops every entry at position >= n. Throws when can_rewind_to(n) is false.
+  void rewind(int64_t n);
+  // The entries a cache rewound to length() would need, copied out.
+  virtual KvSnapshot snapshot() const = 0;
+  // Replaces the whole content with a snapshot.
+  void restore(const KvSnapshot& s);
+  void clear() { rewind_all(); }
+  size_t bytes() const { return keys_.nbytes() + values_.nbytes(); }
+  virtual int64_t window() const { return 0; }
+
+ protected:
+  virtual int64_t slot_of(int64_t pos) const = 0;
+  // Makes room for `extra` more positions (may reallocate).
+  virtual void reserve_for(int64_t extra) = 0;
+  virtual int64_t used_slots() const = 0;
+  void reallocate(int64_t capacity);  // keeps entries, re-slotting them by slot_of under the new capacity
+  void rewind_all();
+
+  int64_t heads_, head_dim_, value_dim_;
+  Device device_;
+  Tensor keys_, values_;             // [capacity, H, D]
+  std::vector<int32_t> pos_;         // per slot, -1 when empty
+  int64_t capacity_ = 0;
+  int64_t length_ = 0;
+};
+
+// Full attention: keeps every position, growing geometrically.
+class FullKvCache final : public KvCache {
+ public:
+  FullKvCache(int64_t heads, int64_t head_dim, int64_t value_dim, Device device, int64_t initial_capacity = 256);
+  bool can_rewind_to(int64_t n) const override { return n >= 0 && n <= length_; }
+  KvSnapshot snapshot() const override;
+
+ protected:
+  int64_t slot_of(int64_t pos) const override { return pos; }
+  void reserve_for(int64_t extra) override;
+  int64_t used_slots() const override { return length_; }
+};
+
+// Sliding window of W: a ring of at least W + T slots for a forward of T tokens, so that the queries of a chunk
+// still see their window and a rewind after a multi-token forward (speculative verification) finds every entry
+// it needs even when the forward wrapped the ring.
+class SlidingKvCache final : public KvCache {
+ public:
+  SlidingKvCache(int64_t heads, int64_t head_dim, int64_t value_dim, int64_t window, Device device,
+                 int64_t spare = 16);
+  bool can_rewind_to(int64_t n) const override;
+  KvSnapshot snapshot() const override;
+  int64_t window() const override { return window_; }
+
+ protected:
+  int64_t slot_of(int64_t pos) const override { return pos % capacity_; }
+  void reserve_for(int64_t extra) override;
+  int64_t used_slots() const override { return std::min(capacity_, length_); }
+
+ private:
+  int64_t window_;
+  int64_t spare_;
+};
+
+}  // namespace vatic

@@ -1,0 +1,123 @@
+#include "engine/depth_controller.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace vatic {
+
+namespace {
+constexpr double kCostAlpha = 0.3;
+constexpr double kAcceptAlpha = 0.1;
+constexpr int kTrustedSamples = 6;
+}  // namespace
+
+DepthController::DepthController(int max_depth)
+    : max_depth_(std::max(0, max_depth)),
+      cost_(max_depth_ + 1, -1.0),
+      accept_(max_depth_ + 1, 1.0),
+      accept_n_(max_depth_ + 1, 0) {}
+
+double DepthController::acceptance(int i) const {
+  if (i < 0 || i > max_depth_) return 0.0;
+  if (accept_n_[i] >= kTrustedSamples) return accept_[i];
+  // Untrusted positions inherit the deepest trusted rate below them (optimistic at first).
+  for (int j = i - 1; j >= 0; j--)
+    if (accept_n_[j] >= kTrustedSamples) return accept_[j];
+  return 1.0;
+}
+
+double DepthController::expected_tokens(int n) const {
+  double e = 1.0, run = 1.0;
+  for (int k = 0; k < n; k++) {
+    run *= acceptance(k);
+    e += run;
+  }
+  return e;
+}
+
+double DepthController::cost(int n) const {
+  if (cost_[n] > 0) return cost_[n];
+  // Linear interpolation between sampled depths, flat outside.
+  int lo = -1, hi = -1;
+  for (int k = n - 1; k >= 0; k--)
+    if (cost_[k] > 0) {
+      lo = k;
+      break;
+    }
+  for (int k = n + 1; k <= max_depth_; k++)
+    if (cost_[k] > 0) {
+      hi = k;
+      break;
+    }
+  if (lo >= 0 && hi >= 0) return cost_[lo] + (cost_[hi] - cost_[lo]) * (n - lo) / double(hi - lo);
+  if (lo >= 0) return cost_[lo];
+  if (hi >= 0) return cost_[hi];
+  return 1.0;
+}
+
+bool DepthController::cost_ready() const {
+  int sampled = 0;
+  for (double c : cost_) sampled += c > 0;
+  return sampled >= 2;
+}
+
+double DepthController::expected_rate(int n) const { return expected_tokens(n) / cost(n); }
+
+int DepthController::best() const {
+  int frontier = 0;
+  while (frontier < max_depth_ && accept_n_[frontier] >= kTrustedSamples) frontier++;
+  const int limit = std::min(max_depth_, frontier + 1);
+  int best = 0;
+  for (int n = 1; n <= limit; n++)
+    if (expected_rate(n) > expected_rate(best)) best = n;
+  return best;
+}
+
+int DepthController::next() {
+  if (max_depth_ == 0) return 0;
+  // Seed the cost model: depth 1 and 0 first.
+  if (!cost_ready()) {
+    last_was_probe_ = false;
+    return cost_[1] <= 0 ? 1 : 0;
+  }
+  int sel = best();
+  if (sel != selected_) {
+    selected_ = sel;
+    probe_interval_ = 4;
+    since_probe_ = 0;
+  } else if (last_was_probe_) {
+    probe_interval_ = std::min(probe_interval_ * 2, 512);
+  }
+  last_was_probe_ = false;
+  if (++since_probe_ >= probe_interval_ && selected_ < max_depth_) {
+    since_probe_ = 0;
+    last_was_probe_ = true;
+    return selected_ + 1;
+  }
+  // Cost seeding: a depth within reach that has no clean sample yet.
+  for (int n = 0; n <= std::min(max_depth_, selected_ + 1); n++)
+    if (cost_[n] <= 0) return n;
+  return selected_;
+}
+
+void DepthController::record(int depth, int accepted, double seconds) {
+  if (depth < 0 || depth > max_depth_) return;
+  // A cost sample counts only when the depth did not change (shape transitions inflate time).
+  if (depth == last_depth_ && seconds > 0) {
+    if (cost_[depth] <= 0) {
+      cost_[depth] = seconds;
+    } else {
+      double innovation = std::clamp(seconds - cost_[depth], -0.25 * cost_[depth], 0.25 * cost_[depth]);
+      cost_[depth] += kCostAlpha * innovation;
+    }
+  }
+  last_depth_ = depth;
+  for (int i = 0; i < depth; i++) {
+    const bool ok = i < accepted;
+    accept_[i] = accept_n_[i] == 0 ? (ok ? 1.0 : 0.0) : accept_[i] + kAcceptAlpha * ((ok ? 1.0 : 0.0) - accept_[i]);
+    accept_n_[i]++;
+    if (!ok) break;  // positions after a rejection were not tested
+  }
+}
+
+}  // namespace vatic

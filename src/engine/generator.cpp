@@ -1,0 +1,212 @@
+#include "engine/generator.h"
+
+#include <algorithm>
+
+#include "ops/ops.h"
+
+namespace vatic {
+
+using Clock = std::chrono::steady_clock;
+static double since(Clock::time_point t) { return std::chrono::duration<double>(Clock::now() - t).count(); }
+
+json GenerateStats::to_json() const {
+  json j = {{"prompt_tokens", prompt_tokens},
+            {"prompt_evaluated", prompt_evaluated},
+            {"prompt_reused", prompt_reused},
+            {"generated", generated},
+            {"prefill_seconds", prefill_seconds},
+            {"decode_seconds", decode_seconds},
+            {"decode_tokens_per_second", decode_seconds > 0 ? double(generated) / decode_seconds : 0.0},
+            {"done_reason", done_reason}};
+  if (rounds > 0) {
+    std::vector<double> rate;
+    for (size_t i = 0; i < position_drafted.size(); i++)
+      rate.push_back(position_drafted[i] ? double(position_accepted[i]) / double(position_drafted[i]) : 0.0);
+    j["speculative"] = {{"rounds", rounds},
+                        {"drafted", drafted},
+                        {"accepted", accepted},
+                        {"acceptance_length", acceptance_length()},
+                        {"position_acceptance", rate}};
+  }
+  return j;
+}
+
+Generator::Generator(LanguageModel& model, Drafter* drafter, DepthController* depth)
+    : model_(model), drafter_(drafter), depth_(depth) {}
+
+ForwardResult Generator::prefill(SequenceState& state, const std::vector<int32_t>& tokens, int64_t chunk) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  if (chunk <= 0) chunk = T;
+  ForwardResult r;
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    r = model_.forward(state, std::vector<int32_t>(tokens.begin() + s, tokens.begin() + e), e == T ? 1 : 0);
+  }
+  return r;
+}
+
+Tensor Generator::prefill_logits(SequenceState& state, const std::vector<int32_t>& tokens, int64_t chunk) {
+  const int64_t T = static_cast<int64_t>(tokens.size()), V = model_.info().vocab_size;
+  if (chunk <= 0) chunk = T;
+  Tensor all = Tensor::empty({T, V}, DType::F32);
+  for (int64_t s = 0; s < T; s += chunk) {
+    const int64_t e = std::min(T, s + chunk);
+    ForwardResult r = model_.forward(state, std::vector<int32_t>(tokens.begin() + s, tokens.begin() + e), e - s);
+    ops::copy_into(ops::to_host(r.logits), all.slice(0, s, e));
+  }
+  return all;
+}
+
+bool Generator::is_stop(int32_t token, const GenerateOptions& o) const {
+  if (o.ignore_eos) return false;
+  const auto& eos = model_.info().eos_ids;
+  return std::find(eos.begin(), eos.end(), token) != eos.end() ||
+         std::find(o.extra_stop_ids.begin(), o.extra_stop_ids.end(), token) != o.extra_stop_ids.end();
+}
+
+GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_t>& prompt, const GenerateOptions& o,
+                                  const TokenCallback& on_token) {
+  GenerateStats stats;
+  const int64_t V = model_.info().vocab_size;
+  const int64_t ctx = model_.info().context_length;
+  stats.prompt_tokens = static_cast<int64_t>(prompt.size());
+  VATIC_CHECK(!prompt.empty(), "empty prompt");
+  if (ctx > 0 && static_cast<int64_t>(prompt.size()) >= ctx)
+    throw InvalidInput(fmt::format("the prompt is {} tokens, over the context length of {}", prompt.size(), ctx));
+  for (int32_t t : prompt)
+    if (t < 0 || t >= V) throw InvalidInput(fmt::format("token id {} is outside the vocabulary of {}", t, V));
+
+  // The state may hold a prefix of this prompt already; keep at least one token to evaluate.
+  int64_t reuse = std::min<int64_t>(state.length(), static_cast<int64_t>(prompt.size()) - 1);
+  if (reuse < state.length()) state.rewind(reuse);
+  stats.prompt_reused = reuse;
+  stats.prompt_evaluated = static_cast<int64_t>(prompt.size()) - reuse;
+
+  Sampler sampler(o.sampling, V, ctx);
+  sampler.set_history(prompt);
+
+  auto t0 = Clock::now();
+  ForwardResult r = prefill(state, std::vector<int32_t>(prompt.begin() + reuse, prompt.end()), o.prefill_chunk);
+  stats.prefill_seconds = since(t0);
+
+  const int64_t budget = o.max_tokens < 0 ? (ctx > 0 ? ctx - static_cast<int64_t>(prompt.size()) : INT32_MAX)
+                                          : o.max_tokens;
+  auto t1 = Clock::now();
+  std::vector<float> logits = ops::to_vector(r.logits);
+  Tensor hidden = r.hidden;
+  int32_t next = sampler.sample(sampler.distribution(logits.data()));
+
+  DepthController* depth = depth_;
+  if (drafter_ && !depth && o.draft_depth < 0) {
+    own_depth_ = std::make_unique<DepthController>(o.max_draft_depth);
+    depth = own_depth_.get();
+  }
+
+  // Emits `next`; returns false when generation is over.
+  auto emit = [&](int32_t tok) -> bool {
+    if (is_stop(tok, o)) {
+      stats.done_reason = "stop";
+      return false;
+    }
+    stats.generated++;
+    sampler.commit(tok);
+    if (!on_token(tok)) {
+      stats.done_reason = "stop";
+      return false;
+    }
+    if (stats.generated >= budget) {
+      stats.done_reason = "length";
+      return false;
+    }
+    if (ctx > 0 && state.length() + 1 >= ctx) {
+      stats.done_reason = "length";
+      return false;
+    }
+    return true;
+  };
+
+  if (budget <= 0) {
+    stats.decode_seconds = since(t1);
+    return stats;
+  }
+
+  while (emit(next)) {
+    const int64_t remaining = budget - stats.generated;
+    int k = 0;
+    if (drafter_) {
+      k = o.draft_depth >= 0 ? o.draft_depth : depth->next();
+      k = static_cast<int>(std::min<int64_t>(k, remaining - 1));
+      if (ctx > 0) k = static_cast<int>(std::min<int64_t>(k, ctx - state.length() - 2));
+      k = std::max(k, 0);
+    }
+    auto round_start = Clock::now();
+    if (k == 0) {
+      ForwardResult s = model_.forward(state, {next}, 1);
+      logits = ops::to_vector(s.logits);
+      hidden = s.hidden;
+      next = sampler.sample(sampler.distribution(logits.data()));
+      if (drafter_ && depth) depth->record(0, 0, since(round_start));
+      continue;
+    }
+    // Draft k tokens from (next, hidden).
+    const int64_t base = state.length();
+    std::vector<int32_t> chain;
+    std::vector<Distribution> q;
+    drafter_->draft(state, next, hidden, k, [&](const Tensor& dl) {
+      std::vector<float> v = ops::to_vector(dl);
+      std::vector<int32_t> hist(chain.begin(), chain.end());
+      hist.insert(hist.begin(), next);
+      Distribution d = sampler.distribution(v.data(), hist);
+      int32_t t = sampler.options().greedy() ? d.ids[0] : sampler.sample(d);
+      chain.push_back(t);
+      q.push_back(std::move(d));
+      return t;
+    });
+    // Verify [next, d1..dk] in one target forward.
+    std::vector<int32_t> verify = {next};
+    verify.insert(verify.end(), chain.begin(), chain.end());
+    ForwardResult vr = model_.forward(state, verify, k + 1);
+    std::vector<float> vl = ops::to_vector(vr.logits);
+    int accepted = 0;
+    int32_t follow = -1;
+    std::vector<int32_t> hist = {next};
+    for (int i = 0; i <= k; i++) {
+      Distribution p = sampler.distribution(vl.data() + i * V, hist);
+      if (i == k) {
+        follow = sampler.sample(p);  // bonus token
+        break;
+      }
+      const int32_t d = chain[i];
+      bool ok = sampler.options().greedy() ? p.ids[0] == d : accept_draft(p, q[i], d, sampler.uniform());
+      if (!ok) {
+        follow = sampler.options().greedy() ? p.ids[0] : sampler.sample(residual(p, q[i]));
+        break;
+      }
+      accepted++;
+      hist.push_back(d);
+    }
+    stats.rounds++;
+    stats.drafted += k;
+    stats.accepted += accepted;
+    if (stats.position_drafted.size() < static_cast<size_t>(k)) {
+      stats.position_drafted.resize(k, 0);
+      stats.position_accepted.resize(k, 0);
+    }
+    for (int i = 0; i < k; i++) {
+      stats.position_drafted[i]++;
+      if (i < accepted) stats.position_accepted[i]++;
+    }
+    // Keep next and the accepted drafts; drop the rest of the verification from every cache.
+    state.rewind(base + 1 + accepted);
+    hidden = vr.hidden.slice(0, accepted, accepted + 1);
+    if (depth) depth->record(k, accepted, since(round_start));
+    bool go = true;
+    for (int i = 0; i < accepted && go; i++) go = emit(chain[i]);
+    if (!go) break;
+    next = follow;
+  }
+  stats.decode_seconds = since(t1);
+  return stats;
+}
+
+}  // namespace vatic

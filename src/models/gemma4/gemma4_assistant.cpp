@@ -1,0 +1,122 @@
+#include "models/gemma4/gemma4_assistant.h"
+
+#include <cmath>
+#include <limits>
+
+#include "models/weights.h"
+#include "ops/ops.h"
+
+namespace vatic {
+
+Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig config,
+                                 std::shared_ptr<const TensorStore> weights)
+    : target_(target), cfg_(std::move(config)), weights_(std::move(weights)) {
+  const TensorStore& ts = *weights_;
+  const auto& tc = cfg_.text;
+  const auto& target_cfg = target.config();
+  const int64_t Ha = tc.hidden_size, BH = cfg_.backbone_hidden_size, V = tc.vocab_size;
+  if (BH != target_cfg.hidden_size)
+    throw InvalidInput(fmt::format("drafter backbone_hidden_size {} does not match the target's hidden size {}", BH,
+                                   target_cfg.hidden_size));
+  if (V != target_cfg.vocab_size)
+    throw InvalidInput(fmt::format("drafter vocabulary {} does not match the target's {}", V, target_cfg.vocab_size));
+  pre_projection_ = load_linear(ts, "pre_projection", Ha, 2 * BH);
+  post_projection_ = load_linear(ts, "post_projection", BH, Ha);
+  final_norm_ = load_f32(ts, tc.tensor_prefix + "norm.weight", {Ha});
+  embed_ = ts.require(tc.tensor_prefix + "embed_tokens.weight", {V, Ha});
+  if (cfg_.use_ordered_embeddings) {
+    centroids_ = load_linear(ts, "masked_embedding.centroids", cfg_.num_centroids, Ha);
+    Tensor ord = ops::to_host(ts.require("masked_embedding.token_ordering", {V}));
+    token_ordering_.resize(V);
+    for (int64_t i = 0; i < V; i++)
+      token_ordering_[i] = ord.dtype() == DType::I64 ? static_cast<int32_t>(ord.data<int64_t>()[i]) : ord.data<int32_t>()[i];
+  }
+  layers_.resize(tc.num_layers);
+  for (int i = 0; i < tc.num_layers; i++) {
+    const auto& lc = tc.layer(i);
+    auto& l = layers_[i];
+    const std::string p = tc.layer_prefix(i);
+    const int64_t nh = tc.num_attention_heads, d = lc.head_dim, I = lc.intermediate_size;
+    const int donor = lc.is_sliding ? target_cfg.last_owner_sliding : target_cfg.last_owner_full;
+    if (donor < 0)
+      throw InvalidInput(fmt::format("the target has no KV-owning {} layer for the drafter to read",
+                                     lc.is_sliding ? "sliding" : "full"));
+    if (target_cfg.layer(donor).head_dim != d || target_cfg.layer(donor).num_kv_heads != lc.num_kv_heads)
+      throw InvalidInput(fmt::format(
+          "drafter layer {} (head dim {}, {} KV heads) does not fit target layer {} (head dim {}, {} KV heads)", i, d,
+          lc.num_kv_heads, donor, target_cfg.layer(donor).head_dim, target_cfg.layer(donor).num_kv_heads));
+    donors_.push_back(donor);
+    l.input_ln = load_f32(ts, p + "input_layernorm.weight", {Ha});
+    l.post_attn_ln = load_f32(ts, p + "post_attention_layernorm.weight", {Ha});
+    l.pre_ff_ln = load_f32(ts, p + "pre_feedforward_layernorm.weight", {Ha});
+    l.post_ff_ln = load_f32(ts, p + "post_feedforward_layernorm.weight", {Ha});
+    l.q = load_linear(ts, p + "self_attn.q_proj", nh * d, Ha);
+    l.o = load_linear(ts, p + "self_attn.o_proj", Ha, nh * d);
+    l.q_norm = load_f32(ts, p + "self_attn.q_norm.weight", {d});
+    l.gate = load_linear(ts, p + "mlp.gate_proj", I, Ha);
+    l.up = load_linear(ts, p + "mlp.up_proj", I, Ha);
+    l.down = load_linear(ts, p + "mlp.down_proj", Ha, I);
+    l.layer_scalar = ts.has(p + "layer_scalar") ? load_scalar(ts, p + "layer_scalar") : 1.0f;
+    l.inv_freq = Gemma4Model::rope_frequencies(lc.rope, d);
+  }
+}
+
+Tensor Gemma4Assistant::head(const Tensor& y) {
+  const int64_t V = cfg_.text.vocab_size;
+  if (!cfg_.use_ordered_embeddings) return ops::matmul(y, Linear{embed_, {}, {}, 0, 0});
+  // Centroid-masked head: score clusters, keep the top ones, score only their tokens; the rest are -inf.
+  const int64_t per = V / cfg_.num_centroids;
+  Tensor cv, ci;
+  ops::topk(ops::matmul(y, centroids_), cfg_.centroid_intermediate_top_k, &cv, &ci);
+  Tensor chosen = ops::to_host(ci);
+  std::vector<int32_t> ids;
+  ids.reserve(cfg_.centroid_intermediate_top_k * per);
+  for (int j = 0; j < cfg_.centroid_intermediate_top_k; j++) {
+    int32_t c = chosen.data<int32_t>()[j];
+    for (int64_t k = 0; k < per; k++) ids.push_back(token_ordering_[c * per + k]);
+  }
+  Tensor rows = ops::embedding(embed_, ops::ids(ids), 1.0f);  // [n, Ha]
+  std::vector<float> sel = ops::to_vector(ops::matmul(y, Linear{rows, {}, {}, 0, 0}));
+  std::vector<float> logits(V, -std::numeric_limits<float>::infinity());
+  for (size_t j = 0; j < ids.size(); j++) logits[ids[j]] = sel[j];
+  return Tensor::from_floats(logits, {1, V});
+}
+
+std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,
+                                           int steps, const std::function<int32_t(const Tensor& logits)>& choose) {
+  auto& st = static_cast<KvState&>(target_state);
+  const auto& tc = cfg_.text;
+  const float eps = static_cast<float>(tc.rms_norm_eps);
+  const int64_t p = st.length();  // the position of last_token: every step queries here
+  Tensor positions = ops::ids({static_cast<int32_t>(p)});
+  Tensor h = last_hidden.reshape({1, cfg_.backbone_hidden_size});
+  int32_t t = last_token;
+  std::vector<Tensor> out;
+  for (int step = 0; step < steps; step++) {
+    Tensor e = target_.embed(ops::ids({t}));
+    Tensor x = ops::matmul(ops::concat_cols(e, h), pre_projection_);
+    for (int i = 0; i < tc.num_layers; i++) {
+      const auto& lc = tc.layer(i);
+      const auto& l = layers_[i];
+      Tensor q = Gemma4Model::attention_queries(l, ops::rms_norm(x, l.input_ln, eps), tc.num_attention_heads,
+                                                lc.head_dim, positions, eps);
+      KvCache& kv = st.cache(donors_[i]);
+      AttentionParams ap;
+      // Keys p-W .. p-1 on sliding layers: the window as seen from the last processed token, which is what the
+      // target's own next query would see minus the token that has no key yet.
+      ap.window = lc.is_sliding ? target_.config().sliding_window + 1 : 0;
+      Tensor o = ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap);
+      x = ops::add(x, ops::rms_norm(ops::matmul(o.reshape({1, -1}), l.o), l.post_attn_ln, eps));
+      x = ops::add(x, ops::rms_norm(Gemma4Model::mlp(l, ops::rms_norm(x, l.pre_ff_ln, eps)), l.post_ff_ln, eps));
+      x = ops::scale(x, l.layer_scalar);
+    }
+    Tensor y = ops::rms_norm(x, final_norm_, eps);
+    Tensor logits = head(y);
+    out.push_back(logits);
+    h = ops::matmul(y, post_projection_);
+    t = choose(logits);
+  }
+  return out;
+}
+
+}  // namespace vatic

@@ -1,0 +1,245 @@
+#include "models/gemma4/gemma4_model.h"
+
+#include <cmath>
+#include <numeric>
+
+#include "models/weights.h"
+#include "ops/ops.h"
+
+namespace vatic {
+
+Tensor Gemma4Model::rope_frequencies(const RopeConfig& rope, int head_dim) {
+  // As transformers computes them in float32: theta^(-2i/d) for the rotated pairs, 0 (identity) for the rest.
+  const int pairs = head_dim / 2;
+  const int rotated = rope.type == "proportional" ? rope.rotated_pairs(head_dim) : pairs;
+  std::vector<float> f(pairs, 0.0f);
+  const float theta = static_cast<float>(rope.theta);
+  for (int i = 0; i < rotated; i++)
+    f[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  return ops::floats(f);
+}
+
+Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorStore> weights)
+    : cfg_(std::move(config)), weights_(std::move(weights)) {
+  const TensorStore& ts = *weights_;
+  const std::string& P = cfg_.tensor_prefix;
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+  embed_tokens_ = ts.require(P + "embed_tokens.weight", {V, H});
+  lm_head_.weight = embed_tokens_;
+  if (!cfg_.tie_word_embeddings && ts.has("lm_head.weight")) lm_head_ = load_linear(ts, "lm_head", V, H);
+  final_norm_ = load_f32(ts, P + "norm.weight", {H});
+  const int L = cfg_.num_layers, PL = cfg_.hidden_size_per_layer_input;
+  if (PL > 0) {
+    embed_per_layer_ = ts.require(P + "embed_tokens_per_layer.weight", {cfg_.vocab_size_per_layer_input, L * PL});
+    ple_model_proj_ = load_linear(ts, P + "per_layer_model_projection", L * PL, H);
+    ple_norm_ = load_f32(ts, P + "per_layer_projection_norm.weight", {PL});
+  }
+  layers_.resize(L);
+  for (int i = 0; i < L; i++) {
+    const auto& lc = cfg_.layer(i);
+    auto& l = layers_[i];
+    const std::string p = cfg_.layer_prefix(i);
+    const int64_t nh = cfg_.num_attention_heads, d = lc.head_dim, nkv = lc.num_kv_heads;
+    l.input_ln = load_f32(ts, p + "input_layernorm.weight", {H});
+    l.post_attn_ln = load_f32(ts, p + "post_attention_layernorm.weight", {H});
+    l.pre_ff_ln = load_f32(ts, p + "pre_feedforward_layernorm.weight", {H});
+    l.post_ff_ln = load_f32(ts, p + "post_feedforward_layernorm.weight", {H});
+    l.q = load_linear(ts, p + "self_attn.q_proj", nh * d, H);
+    l.o = load_linear(ts, p + "self_attn.o_proj", H, nh * d);
+    l.q_norm = load_f32(ts, p + "self_attn.q_norm.weight", {d});
+    if (!lc.kv_shared) {
+      l.k = load_linear(ts, p + "self_attn.k_proj", nkv * d, H);
+      if (!lc.k_eq_v) l.v = load_linear(ts, p + "self_attn.v_proj", nkv * d, H);
+      l.k_norm = load_f32(ts, p + "self_attn.k_norm.weight", {d});
+    }
+    const int64_t I = lc.intermediate_size;
+    l.gate = load_linear(ts, p + "mlp.gate_proj", I, H);
+    l.up = load_linear(ts, p + "mlp.up_proj", I, H);
+    l.down = load_linear(ts, p + "mlp.down_proj", H, I);
+    if (cfg_.enable_moe_block) {
+      const int64_t E = cfg_.num_experts, MI = cfg_.moe_intermediate_size;
+      l.pre_ff_ln2 = load_f32(ts, p + "pre_feedforward_layernorm_2.weight", {H});
+      l.post_ff_ln1 = load_f32(ts, p + "post_feedforward_layernorm_1.weight", {H});
+      l.post_ff_ln2 = load_f32(ts, p + "post_feedforward_layernorm_2.weight", {H});
+      l.router = load_linear(ts, p + "router.proj", E, H);
+      l.router_scale = load_f32(ts, p + "router.scale", {H});
+      l.per_expert_scale = load_f32(ts, p + "router.per_expert_scale", {E});
+      l.experts_gate_up = load_stacked(ts, p + "experts.gate_up_proj", E, 2 * MI, H);
+      l.experts_down = load_stacked(ts, p + "experts.down_proj", E, H, MI);
+    }
+    if (PL > 0) {
+      l.ple_gate = load_linear(ts, p + "per_layer_input_gate", PL, H);
+      l.ple_proj = load_linear(ts, p + "per_layer_projection", H, PL);
+      l.post_ple_norm = load_f32(ts, p + "post_per_layer_input_norm.weight", {H});
+    }
+    l.layer_scalar = ts.has(p + "layer_scalar") ? load_scalar(ts, p + "layer_scalar") : 1.0f;
+    l.inv_freq = rope_frequencies(lc.rope, lc.head_dim);
+  }
+
+  info_.architecture = architecture_name(cfg_.arch);
+  info_.vocab_size = V;
+  info_.hidden_size = H;
+  info_.context_length = cfg_.max_position_embeddings;
+  for (auto e : cfg_.eos_token_ids) info_.eos_ids.push_back(static_cast<int32_t>(e));
+  info_.bos_id = cfg_.bos_token_id ? static_cast<int32_t>(*cfg_.bos_token_id) : -1;
+  for (const auto& name : ts.names()) {
+    // Count what this model uses (skips vision/audio towers and stale KV tensors of shared layers).
+    if (name.rfind(P, 0) != 0) continue;
+    Tensor t = ts.get(name);
+    info_.weight_bytes += t.nbytes();
+    info_.parameter_count += t.dtype() == DType::U32 ? t.numel() * 32 / 8 : t.numel();  // refined by quant info
+  }
+  size_t per_token = 0;
+  for (int i = 0; i < L; i++) {
+    const auto& lc = cfg_.layer(i);
+    if (!lc.kv_shared && !lc.is_sliding) per_token += 2 * static_cast<size_t>(lc.num_kv_heads) * lc.head_dim * 4;
+  }
+  info_.kv_bytes_per_token = per_token;
+  info_.quantization = ts.has(cfg_.layer_prefix(0) + "self_attn.q_proj.scales") ? "quantized" : "bf16";
+}
+
+std::unique_ptr<SequenceState> Gemma4Model::new_state() const {
+  auto st = std::make_unique<KvState>();
+  for (int i = 0; i < cfg_.num_layers; i++) {
+    const auto& lc = cfg_.layer(i);
+    if (lc.kv_shared) {
+      st->caches.emplace_back(nullptr);
+    } else if (lc.is_sliding) {
+      st->caches.emplace_back(std::make_unique<SlidingKvCache>(lc.num_kv_heads, lc.head_dim, lc.head_dim,
+                                                               cfg_.sliding_window, Device::CPU));
+    } else {
+      st->caches.emplace_back(std::make_unique<FullKvCache>(lc.num_kv_heads, lc.head_dim, lc.head_dim, Device::CPU));
+    }
+  }
+  return st;
+}
+
+Tensor Gemma4Model::embed(const Tensor& ids) const { return ops::embedding(embed_tokens_, ids, cfg_.embed_scale()); }
+
+Tensor Gemma4Model::attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,
+                                      const Tensor& positions, float eps) {
+  const int64_t T = a.dim(0);
+  Tensor q = ops::rms_norm(ops::matmul(a, l.q).reshape({T, heads, head_dim}), l.q_norm, eps);
+  ops::rope_inplace(q, positions, l.inv_freq, false);
+  return q;
+}
+
+Tensor Gemma4Model::mlp(const Gemma4Layer& l, const Tensor& y) {
+  return ops::matmul(ops::gated(Unary::GeluTanh, ops::matmul(y, l.gate), ops::matmul(y, l.up)), l.down);
+}
+
+Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positions, KvState& st) {
+  const auto& lc = cfg_.layer(i);
+  const auto& l = layers_[i];
+  const int64_t T = a.dim(0), nh = cfg_.num_attention_heads, d = lc.head_dim, nkv = lc.num_kv_heads;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  Tensor q = attention_queries(l, a, nh, d, positions, eps);
+  if (!lc.kv_shared) {
+    Tensor kraw = ops::matmul(a, l.k).reshape({T, nkv, d});
+    Tensor vraw = lc.k_eq_v ? kraw : ops::matmul(a, l.v).reshape({T, nkv, d});
+    Tensor k = ops::rms_norm(kraw, l.k_norm, eps);
+    ops::rope_inplace(k, positions, l.inv_freq, false);
+    Tensor v = ops::rms_norm(vraw, Tensor(), eps);
+    st.cache(i).append(k, v);
+  }
+  KvCache& kv = st.cache(lc.kv_donor);
+  AttentionParams ap;
+  ap.scale = 1.0f;
+  ap.window = lc.is_sliding ? cfg_.sliding_window : 0;
+  Tensor out = ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap);
+  return ops::matmul(out.reshape({T, nh * d}), l.o);
+}
+
+Tensor Gemma4Model::moe_block(const Gemma4Layer& l, const Tensor& r) {
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  const int64_t T = r.dim(0), H = cfg_.hidden_size, MI = cfg_.moe_intermediate_size;
+  const int K = cfg_.top_k_experts;
+  Tensor m1 = ops::rms_norm(mlp(l, ops::rms_norm(r, l.pre_ff_ln, eps)), l.post_ff_ln1, eps);
+  // Router: weight-less norm of the raw residual, learned scale, H^-1/2.
+  Tensor z = ops::scale(ops::mul(ops::rms_norm(r, Tensor(), eps), l.router_scale), 1.0f / std::sqrt(float(H)));
+  Tensor probs = ops::softmax(ops::matmul(z, l.router));
+  Tensor top_w, top_i;
+  ops::topk(probs, K, &top_w, &top_i);
+  std::vector<float> w = ops::to_vector(top_w);
+  std::vector<int32_t> idx(static_cast<size_t>(T * K));
+  {
+    Tensor hi = ops::to_host(top_i);
+    std::copy(hi.data<int32_t>(), hi.data<int32_t>() + T * K, idx.begin());
+  }
+  std::vector<float> pes = ops::to_vector(l.per_expert_scale);
+  Tensor x2 = ops::rms_norm(r, l.pre_ff_ln2, eps);
+  Tensor m2 = ops::zeros({T, H});
+  // Group tokens by expert so each expert's weights stream once per forward.
+  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(cfg_.num_experts);
+  for (int64_t t = 0; t < T; t++) {
+    float sum = 0;
+    for (int j = 0; j < K; j++) sum += w[t * K + j];
+    for (int j = 0; j < K; j++) {
+      int32_t e = idx[t * K + j];
+      by_expert[e].push_back({t, w[t * K + j] / sum * pes[e]});
+    }
+  }
+  for (int e = 0; e < cfg_.num_experts; e++) {
+    const auto& rows = by_expert[e];
+    if (rows.empty()) continue;
+    const int64_t n = static_cast<int64_t>(rows.size());
+    Tensor xe = ops::zeros({n, H});
+    for (int64_t j = 0; j < n; j++) ops::copy_into(x2.slice(0, rows[j].first, rows[j].first + 1), xe.slice(0, j, j + 1));
+    Linear gu = l.experts_gate_up.select(e);
+    Tensor g = ops::matmul(xe, gu.rows(0, MI));
+    Tensor u = ops::matmul(xe, gu.rows(MI, 2 * MI));
+    Tensor y = ops::matmul(ops::gated(Unary::GeluTanh, g, u), l.experts_down.select(e));
+    for (int64_t j = 0; j < n; j++)
+      ops::add_inplace(m2.slice(0, rows[j].first, rows[j].first + 1), ops::scale(y.slice(0, j, j + 1), rows[j].second));
+  }
+  m2 = ops::rms_norm(m2, l.post_ff_ln2, eps);
+  return ops::add(m1, m2);
+}
+
+Tensor Gemma4Model::per_layer_inputs(const Tensor& ids, const Tensor& x0) {
+  const int64_t T = x0.dim(0), L = cfg_.num_layers, PL = cfg_.hidden_size_per_layer_input;
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  Tensor tok = ops::embedding(embed_per_layer_, ids, std::sqrt(static_cast<float>(PL)));
+  Tensor ctx = ops::scale(ops::matmul(x0, ple_model_proj_), 1.0f / std::sqrt(static_cast<float>(cfg_.hidden_size)));
+  ctx = ops::rms_norm(ctx.reshape({T, L, PL}), ple_norm_, eps);
+  return ops::scale(ops::add(ctx, tok.reshape({T, L, PL})), 1.0f / std::sqrt(2.0f));
+}
+
+ForwardResult Gemma4Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out) {
+  auto& st = static_cast<KvState&>(state);
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  VATIC_CHECK(T > 0, "forward over no tokens");
+  VATIC_CHECK(n_out >= 0 && n_out <= T, "forward: {} outputs requested from {} tokens", n_out, T);
+  const int64_t p0 = st.length();
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  Tensor ids = ops::ids(tokens);
+  std::vector<int32_t> pos(T);
+  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(p0));
+  Tensor positions = ops::ids(pos);
+
+  Tensor x = embed(ids);
+  Tensor ple;
+  if (cfg_.hidden_size_per_layer_input > 0) ple = per_layer_inputs(ids, x);
+  for (int i = 0; i < cfg_.num_layers; i++) {
+    const auto& l = layers_[i];
+    Tensor attn = attention_block(i, ops::rms_norm(x, l.input_ln, eps), positions, st);
+    x = ops::add(x, ops::rms_norm(attn, l.post_attn_ln, eps));
+    Tensor f = cfg_.enable_moe_block ? moe_block(l, x) : mlp(l, ops::rms_norm(x, l.pre_ff_ln, eps));
+    x = ops::add(x, ops::rms_norm(f, l.post_ff_ln, eps));
+    if (ple.defined()) {
+      Tensor pi = ops::contiguous(ple.select(1, i));  // [T, P]
+      Tensor g = ops::gated(Unary::GeluTanh, ops::matmul(x, l.ple_gate), pi);
+      x = ops::add(x, ops::rms_norm(ops::matmul(g, l.ple_proj), l.post_ple_norm, eps));
+    }
+    x = ops::scale(x, l.layer_scalar);
+  }
+  ForwardResult r;
+  if (n_out == 0) return r;
+  r.hidden = ops::rms_norm(x.slice(0, T - n_out, T), final_norm_, eps);
+  r.logits = ops::matmul(r.hidden, lm_head_);
+  if (cfg_.final_logit_softcapping && *cfg_.final_logit_softcapping > 0)
+    r.logits = ops::softcap(r.logits, static_cast<float>(*cfg_.final_logit_softcapping));
+  return r;
+}
+
+}  // namespace vatic

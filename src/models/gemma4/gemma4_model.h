@@ -1,0 +1,65 @@
+#pragma once
+// Gemma 4 text decoder (E2B/E4B with per-layer embeddings and KV sharing, 26B-A4B with MoE, 31B dense).
+// See docs/model-architectures.md §1 for the equations.
+#include <memory>
+#include <vector>
+
+#include "backend/linear.h"
+#include "formats/model_config.h"
+#include "formats/safetensors.h"
+#include "models/kv_state.h"
+#include "models/model.h"
+
+namespace vatic {
+
+struct Gemma4Layer {
+  Tensor input_ln, post_attn_ln, pre_ff_ln, post_ff_ln;  // F32 [H]
+  Linear q, k, v, o;                                     // k/v undefined on KV-shared layers; v on K=V layers
+  Tensor q_norm, k_norm;                                 // F32 [d]
+  Linear gate, up, down;                                 // dense MLP
+  // MoE (26B-A4B): routed experts beside the dense MLP.
+  Tensor pre_ff_ln2, post_ff_ln1, post_ff_ln2, router_scale, per_expert_scale;
+  Linear router, experts_gate_up, experts_down;
+  // Per-layer embeddings.
+  Linear ple_gate, ple_proj;
+  Tensor post_ple_norm;
+  float layer_scalar = 1.0f;
+  Tensor inv_freq;  // F32 [d/2]
+};
+
+class Gemma4Model final : public LanguageModel {
+ public:
+  Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorStore> weights);
+
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_state() const override;
+  ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out) override;
+
+  const Gemma4TextConfig& config() const { return cfg_; }
+  // The target's scaled token embedding (the assistant drafter is fed with it).
+  Tensor embed(const Tensor& ids) const;
+  const Gemma4Layer& layer(int i) const { return layers_.at(static_cast<size_t>(i)); }
+
+  // Shared by the assistant drafter: one Gemma 4 attention + MLP layer over caches it does not own.
+  static Tensor attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,
+                                  const Tensor& positions, float eps);
+  static Tensor mlp(const Gemma4Layer& l, const Tensor& y);
+  static Tensor rope_frequencies(const RopeConfig& rope, int head_dim);
+
+ private:
+  Tensor attention_block(int i, const Tensor& a, const Tensor& positions, KvState& st);
+  Tensor moe_block(const Gemma4Layer& l, const Tensor& r);
+  Tensor per_layer_inputs(const Tensor& ids, const Tensor& x0);  // [T, L, P]
+
+  Gemma4TextConfig cfg_;
+  std::shared_ptr<const TensorStore> weights_;
+  ModelInfo info_;
+  Tensor embed_tokens_;  // [V, H] as stored
+  Linear lm_head_;
+  Tensor final_norm_;
+  Tensor embed_per_layer_, ple_norm_;
+  Linear ple_model_proj_;
+  std::vector<Gemma4Layer> layers_;
+};
+
+}  // namespace vatic

@@ -1,0 +1,73 @@
+#pragma once
+// What the engine sees of a model: a target that runs forwards over a sequence state (its KV caches), and an
+// optional drafter that proposes tokens for speculative decoding.
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "cache/kv_cache.h"
+#include "tensor/tensor.h"
+
+namespace vatic {
+
+struct ModelInfo {
+  std::string architecture;
+  int64_t vocab_size = 0;
+  int64_t hidden_size = 0;
+  int64_t context_length = 0;
+  std::vector<int32_t> eos_ids;
+  int32_t bos_id = -1;
+  int64_t parameter_count = 0;
+  size_t weight_bytes = 0;          // bytes of weights held in memory
+  size_t kv_bytes_per_token = 0;    // KV cache bytes one more context token costs (full-attention layers)
+  std::string quantization;         // "bf16", "int8", ...
+};
+
+// The per-sequence state of a model: its caches. length() tokens have been processed.
+class SequenceState {
+ public:
+  virtual ~SequenceState() = default;
+  virtual int64_t length() const = 0;
+  virtual bool can_rewind_to(int64_t n) const = 0;
+  virtual void rewind(int64_t n) = 0;
+  virtual size_t bytes() const = 0;
+  // A copy of everything needed to continue from length() later (prefix cache).
+  virtual std::shared_ptr<const void> snapshot() const = 0;
+  virtual size_t snapshot_bytes(const std::shared_ptr<const void>& s) const = 0;
+  virtual void restore(const std::shared_ptr<const void>& s) = 0;
+};
+
+struct ForwardResult {
+  Tensor logits;  // [n_out, V] F32: logits of the last n_out tokens of the forward
+  Tensor hidden;  // [n_out, H] F32: final-normed hidden states of the same tokens
+};
+
+class LanguageModel {
+ public:
+  virtual ~LanguageModel() = default;
+  virtual const ModelInfo& info() const = 0;
+  virtual std::unique_ptr<SequenceState> new_state() const = 0;
+  // Runs `tokens` at positions state.length() ..; appends to the caches; returns the last n_out rows.
+  virtual ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out) = 0;
+};
+
+// Proposes draft tokens. The target has processed `state.length()` tokens and chose `last_token` (not yet run);
+// `last_hidden` is the target's final-normed hidden state of the last processed token.
+struct DraftStep {
+  int32_t token;
+  std::vector<float> probs;  // the drafter's distribution q (filled when sampling; empty for greedy)
+};
+
+class Drafter {
+ public:
+  virtual ~Drafter() = default;
+  // Logits [V] of each of `steps` draft steps; `choose` picks the token fed to the next step.
+  // The drafter may keep its own state for the sequence (GLM MTP keeps a KV cache); reset/rewind with the target.
+  virtual std::vector<Tensor> draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,
+                                    int steps, const std::function<int32_t(const Tensor& logits)>& choose) = 0;
+  virtual std::string name() const = 0;
+};
+
+}  // namespace vatic

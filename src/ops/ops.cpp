@@ -1,0 +1,117 @@
+#include "ops/ops.h"
+
+#include <cstring>
+
+namespace vatic::ops {
+
+Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+
+Tensor empty_like(const Tensor& t, const Shape& shape, DType dtype) { return backend_of(t).empty(shape, dtype); }
+Tensor zeros(const Shape& shape, Device device) { return backend_for(device).empty(shape, DType::F32); }
+
+Tensor ids(const std::vector<int32_t>& values, Device device) {
+  return backend_for(device).upload(Tensor::from_ints(values, {static_cast<int64_t>(values.size())}));
+}
+Tensor floats(const std::vector<float>& values, Device device) {
+  return backend_for(device).upload(Tensor::from_floats(values, {static_cast<int64_t>(values.size())}));
+}
+Tensor to_host(const Tensor& t) { return backend_of(t).download(t); }
+std::vector<float> to_vector(const Tensor& t) {
+  Tensor h = to_host(to_f32(t));
+  std::vector<float> v(h.numel());
+  std::memcpy(v.data(), h.raw(), v.size() * 4);
+  return v;
+}
+Tensor contiguous(const Tensor& t) {
+  if (t.is_contiguous()) return t;
+  Tensor out = empty_like(t, t.shape(), t.dtype());
+  backend_of(t).copy(t, out);
+  return out;
+}
+Tensor to_f32(const Tensor& t) {
+  if (t.dtype() == DType::F32) return contiguous(t);
+  Tensor out = empty_like(t, t.shape(), DType::F32);
+  backend_of(t).copy(t, out);
+  return out;
+}
+void copy_into(const Tensor& src, const Tensor& dst) { backend_of(dst).copy(src, dst); }
+
+Tensor matmul(const Tensor& x, const Linear& w) {
+  Tensor y = empty_like(x, {x.dim(0), w.out_features()});
+  backend_of(x).matmul(x, w, y, false);
+  return y;
+}
+void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y) { backend_of(x).matmul(x, w, y, true); }
+
+Tensor embedding(const Tensor& table, const Tensor& ids_, float scale) {
+  Tensor out = empty_like(table, {ids_.numel(), table.dim(-1)});
+  backend_of(table).embedding(table, ids_, scale, out);
+  return out;
+}
+Tensor rms_norm(const Tensor& x, const Tensor& w, float eps) {
+  Tensor xc = contiguous(x);
+  Tensor y = empty_like(x, x.shape());
+  backend_of(x).rms_norm(xc, w.defined() ? &w : nullptr, eps, y);
+  return y;
+}
+void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) {
+  backend_of(x).rope(x, positions, inv_freq, interleaved);
+}
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
+                 const AttentionParams& p) {
+  Tensor out = empty_like(q, {q.dim(0), q.dim(1), v.dim(2)});
+  backend_of(q).attention(q, k, v, q_pos, k_pos, p, out);
+  return out;
+}
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor y = empty_like(a, a.shape());
+  backend_of(a).add(contiguous(a), contiguous(b), y);
+  return y;
+}
+void add_inplace(const Tensor& a, const Tensor& b) { backend_of(a).add(a, contiguous(b), a); }
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor y = empty_like(a, a.shape());
+  backend_of(a).mul(contiguous(a), contiguous(b), y);
+  return y;
+}
+Tensor scale(const Tensor& a, float s) {
+  Tensor y = empty_like(a, a.shape());
+  backend_of(a).scale(contiguous(a), s, y);
+  return y;
+}
+Tensor unary(Unary op, const Tensor& a) {
+  Tensor y = empty_like(a, a.shape());
+  backend_of(a).unary(op, contiguous(a), y);
+  return y;
+}
+Tensor gated(Unary act, const Tensor& g, const Tensor& u) {
+  Tensor y = empty_like(g, g.shape());
+  backend_of(g).gated(act, contiguous(g), contiguous(u), y);
+  return y;
+}
+Tensor softcap(const Tensor& a, float cap) {
+  Tensor y = empty_like(a, a.shape());
+  backend_of(a).softcap(contiguous(a), cap, y);
+  return y;
+}
+Tensor softmax(const Tensor& a) {
+  Tensor y = empty_like(a, a.shape());
+  backend_of(a).softmax(contiguous(a), y);
+  return y;
+}
+void topk(const Tensor& a, int k, Tensor* values, Tensor* indices) {
+  Shape s = a.shape();
+  s.back() = k;
+  *values = empty_like(a, s, DType::F32);
+  *indices = empty_like(a, s, DType::I32);
+  backend_of(a).topk(contiguous(a), k, *values, *indices);
+}
+Tensor concat_cols(const Tensor& a, const Tensor& b) {
+  const int64_t T = a.dim(0), A = a.dim(1), B = b.dim(1);
+  Tensor y = empty_like(a, {T, A + B});
+  backend_of(a).copy(a, y.slice(1, 0, A));
+  backend_of(a).copy(b, y.slice(1, A, A + B));
+  return y;
+}
+
+}  // namespace vatic::ops

@@ -1,0 +1,44 @@
+#pragma once
+// The operations model code is written against. Each allocates its output on the input's device and
+// dispatches to that device's backend, so a model written once runs wherever its weights live.
+#include <vector>
+
+#include "backend/backend.h"
+
+namespace vatic::ops {
+
+Backend& backend_of(const Tensor& t);
+
+Tensor empty_like(const Tensor& t, const Shape& shape, DType dtype = DType::F32);
+Tensor zeros(const Shape& shape, Device device = Device::CPU);
+// Small host vectors made into device tensors (token ids, positions, frequency tables).
+Tensor ids(const std::vector<int32_t>& values, Device device = Device::CPU);
+Tensor floats(const std::vector<float>& values, Device device = Device::CPU);
+Tensor to_host(const Tensor& t);  // contiguous host copy (a device sync on accelerators)
+std::vector<float> to_vector(const Tensor& t);
+Tensor contiguous(const Tensor& t);
+Tensor to_f32(const Tensor& t);
+void copy_into(const Tensor& src, const Tensor& dst);
+
+// x [T, K] -> [T, N]
+Tensor matmul(const Tensor& x, const Linear& w);
+void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y);
+Tensor embedding(const Tensor& table, const Tensor& ids, float scale = 1.0f);
+// Over the last dim; w may be undefined for the weight-less variant.
+Tensor rms_norm(const Tensor& x, const Tensor& w, float eps);
+void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved);
+Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
+                 const AttentionParams& p);
+Tensor add(const Tensor& a, const Tensor& b);
+void add_inplace(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor scale(const Tensor& a, float s);
+Tensor unary(Unary op, const Tensor& a);
+Tensor gated(Unary act, const Tensor& g, const Tensor& u);
+Tensor softcap(const Tensor& a, float cap);
+Tensor softmax(const Tensor& a);
+void topk(const Tensor& a, int k, Tensor* values, Tensor* indices);
+// Columns side by side: [T, A] ++ [T, B] -> [T, A+B]
+Tensor concat_cols(const Tensor& a, const Tensor& b);
+
+}  // namespace vatic::ops

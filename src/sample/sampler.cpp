@@ -1,0 +1,197 @@
+#include "sample/sampler.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+#include <random>
+#include <unordered_map>
+
+#include "util/error.h"
+
+namespace vatic {
+
+void SamplerOptions::validate() const {
+  auto bad = [](const std::string& m) { throw InvalidInput(m); };
+  if (!std::isfinite(temperature) || temperature < 0) bad(fmt::format("invalid temperature {}: must be >= 0", temperature));
+  if (top_k < 0) bad(fmt::format("invalid top_k {}: must be >= 0", top_k));
+  if (!(top_p > 0.0f && top_p <= 1.0f)) bad(fmt::format("invalid top_p {}: must be in (0, 1]", top_p));
+  if (!(min_p >= 0.0f && min_p <= 1.0f)) bad(fmt::format("invalid min_p {}: must be in [0, 1]", min_p));
+  if (!std::isfinite(repeat_penalty) || repeat_penalty < 0)
+    bad(fmt::format("invalid repeat_penalty {}: must be >= 0", repeat_penalty));
+  if (repeat_last_n < -1) bad(fmt::format("invalid repeat_last_n {}: must be >= -1", repeat_last_n));
+  if (!std::isfinite(presence_penalty)) bad("invalid presence_penalty");
+  if (!std::isfinite(frequency_penalty)) bad("invalid frequency_penalty");
+  if (top_logprobs < 0 || top_logprobs > 20) bad(fmt::format("invalid top_logprobs {}: must be in [0, 20]", top_logprobs));
+}
+
+float Distribution::prob_of(int32_t id) const {
+  for (size_t i = 0; i < ids.size(); i++)
+    if (ids[i] == id) return probs[i];
+  return 0.0f;
+}
+
+static uint64_t splitmix64(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+Sampler::Sampler(SamplerOptions options, int64_t vocab_size, int64_t context_length)
+    : opt_(options), vocab_(vocab_size) {
+  opt_.validate();
+  if (opt_.repeat_penalty <= 0) opt_.repeat_penalty = 1.0f;
+  window_ = opt_.repeat_last_n < 0 ? (context_length > 0 ? context_length : INT32_MAX) : opt_.repeat_last_n;
+  seed_state_ = opt_.seed >= 0 ? static_cast<uint64_t>(opt_.seed) : std::random_device{}() ^ (uint64_t(std::random_device{}()) << 32);
+}
+
+void Sampler::set_history(const std::vector<int32_t>& tokens) {
+  history_.clear();
+  for (auto t : tokens) commit(t);
+}
+
+void Sampler::commit(int32_t token) {
+  if (window_ <= 0) return;
+  history_.push_back(token);
+  while (static_cast<int64_t>(history_.size()) > window_) history_.pop_front();
+}
+
+double Sampler::uniform() {
+  uint64_t r = splitmix64(seed_state_ ^ splitmix64(counter_++));
+  return static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);
+}
+
+void Sampler::penalize(std::vector<float>& logits, const std::vector<int32_t>& extra) const {
+  if (!opt_.has_penalties()) return;
+  std::unordered_map<int32_t, int> counts;
+  // The last `window_` tokens of history + extra.
+  std::vector<int32_t> recent(history_.begin(), history_.end());
+  recent.insert(recent.end(), extra.begin(), extra.end());
+  size_t start = recent.size() > static_cast<size_t>(window_) ? recent.size() - window_ : 0;
+  for (size_t i = start; i < recent.size(); i++) counts[recent[i]]++;
+  for (auto [tok, n] : counts) {
+    if (tok < 0 || tok >= vocab_) continue;
+    float& l = logits[tok];
+    if (opt_.repeat_penalty != 1.0f) l = l < 0 ? l * opt_.repeat_penalty : l / opt_.repeat_penalty;
+    l -= opt_.presence_penalty;
+    l -= opt_.frequency_penalty * static_cast<float>(n);
+  }
+}
+
+int32_t argmax(const float* logits, int64_t n) {
+  int64_t best = 0;
+  for (int64_t i = 1; i < n; i++)
+    if (logits[i] > logits[best]) best = i;
+  return static_cast<int32_t>(best);
+}
+
+Distribution Sampler::distribution(const float* raw, const std::vector<int32_t>& extra) const {
+  std::vector<float> l(raw, raw + vocab_);
+  penalize(l, extra);
+  Distribution d;
+  if (opt_.greedy()) {
+    d.ids = {argmax(l.data(), vocab_)};
+    d.probs = {1.0f};
+    return d;
+  }
+  std::vector<int32_t> ids(vocab_);
+  std::iota(ids.begin(), ids.end(), 0);
+  auto by_logit = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  if (opt_.top_k > 0 && opt_.top_k < vocab_) {
+    std::partial_sort(ids.begin(), ids.begin() + opt_.top_k, ids.end(), by_logit);
+    ids.resize(opt_.top_k);
+  } else {
+    std::sort(ids.begin(), ids.end(), by_logit);
+  }
+  // Drop tokens that can never be drawn (masked with -inf, e.g. outside a drafter's centroid set).
+  while (!ids.empty() && !std::isfinite(l[ids.back()])) ids.pop_back();
+  VATIC_CHECK(!ids.empty(), "sampling from logits that are all -inf");
+  const double mx = l[ids[0]];
+  std::vector<double> p(ids.size());
+  double sum = 0;
+  for (size_t i = 0; i < ids.size(); i++) {
+    p[i] = std::exp((static_cast<double>(l[ids[i]]) - mx) / opt_.temperature);
+    sum += p[i];
+  }
+  for (auto& v : p) v /= sum;
+  size_t keep = ids.size();
+  if (opt_.top_p > 0 && opt_.top_p < 1) {
+    double cum = 0;
+    for (size_t i = 0; i < ids.size(); i++) {
+      if (cum >= opt_.top_p) {
+        keep = i;
+        break;
+      }
+      cum += p[i];
+    }
+  }
+  if (opt_.min_p > 0) {
+    const double floor = opt_.min_p * p[0];
+    size_t k = 0;
+    while (k < keep && p[k] >= floor) k++;
+    keep = std::max<size_t>(k, 1);
+  }
+  double total = 0;
+  for (size_t i = 0; i < keep; i++) total += p[i];
+  total = std::max(total, 1e-20);
+  d.ids.assign(ids.begin(), ids.begin() + keep);
+  d.probs.resize(keep);
+  for (size_t i = 0; i < keep; i++) d.probs[i] = static_cast<float>(p[i] / total);
+  return d;
+}
+
+int32_t Sampler::sample(const Distribution& d) {
+  if (d.ids.size() == 1) return d.ids[0];
+  double u = uniform(), cum = 0;
+  for (size_t i = 0; i < d.ids.size(); i++) {
+    cum += d.probs[i];
+    if (u < cum) return d.ids[i];
+  }
+  return d.ids.back();
+}
+
+TokenLogprob Sampler::logprob(const float* logits, int64_t V, int32_t id) {
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int64_t i = 0; i < V; i++) mx = std::max<double>(mx, logits[i]);
+  double sum = 0;
+  for (int64_t i = 0; i < V; i++) sum += std::exp(logits[i] - mx);
+  return {id, static_cast<float>(logits[id] - mx - std::log(sum))};
+}
+
+std::vector<TokenLogprob> Sampler::top_logprobs(const float* logits, int64_t V, int n) {
+  std::vector<int32_t> ids(V);
+  std::iota(ids.begin(), ids.end(), 0);
+  n = static_cast<int>(std::min<int64_t>(n, V));
+  std::partial_sort(ids.begin(), ids.begin() + n, ids.end(), [&](int32_t a, int32_t b) { return logits[a] > logits[b]; });
+  std::vector<TokenLogprob> out;
+  for (int i = 0; i < n; i++) out.push_back(logprob(logits, V, ids[i]));
+  return out;
+}
+
+bool accept_draft(const Distribution& p, const Distribution& q, int32_t draft, double u) {
+  const double pd = p.prob_of(draft), qd = q.prob_of(draft);
+  if (qd <= 0) return false;  // cannot happen for a token the drafter drew
+  return u < std::min(1.0, pd / qd);
+}
+
+Distribution residual(const Distribution& p, const Distribution& q) {
+  Distribution r;
+  std::unordered_map<int32_t, float> qmap;
+  for (size_t i = 0; i < q.ids.size(); i++) qmap[q.ids[i]] = q.probs[i];
+  double sum = 0;
+  for (size_t i = 0; i < p.ids.size(); i++) {
+    auto it = qmap.find(p.ids[i]);
+    double v = std::max(0.0, static_cast<double>(p.probs[i]) - (it == qmap.end() ? 0.0 : it->second));
+    if (v > 0) {
+      r.ids.push_back(p.ids[i]);
+      r.probs.push_back(static_cast<float>(v));
+      sum += v;
+    }
+  }
+  if (sum <= 0) return p;  // p == q: any rejection is impossible, keep p for safety
+  for (auto& v : r.probs) v = static_cast<float>(v / sum);
+  return r;
+}
+
+}  // namespace vatic

@@ -1,0 +1,86 @@
+#pragma once
+// logits -> token. Order of operations (as ollama's sampler): penalties over the recent history, then greedy
+// (temperature 0) or top-k -> softmax(logits / temperature) -> top-p -> min-p -> renormalise -> draw.
+// Seeded runs draw from SplitMix64(seed, counter): the same seed gives the same output on any machine.
+#include <cstdint>
+#include <deque>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "util/json.h"
+
+namespace vatic {
+
+struct SamplerOptions {
+  float temperature = 0.0f;  // 0 = greedy
+  int top_k = 0;             // 0 = off
+  float top_p = 1.0f;        // 1 = off
+  float min_p = 0.0f;        // 0 = off
+  float repeat_penalty = 1.0f;
+  int repeat_last_n = 64;    // -1 = whole context
+  float presence_penalty = 0.0f;
+  float frequency_penalty = 0.0f;
+  int64_t seed = -1;         // < 0 = unseeded
+  int top_logprobs = 0;      // 0..20
+  bool logprobs = false;
+
+  // Throws InvalidInput with a message naming the option for out-of-range values.
+  void validate() const;
+  bool greedy() const { return temperature <= 0.0f; }
+  bool has_penalties() const {
+    return repeat_last_n != 0 && (repeat_penalty != 1.0f || presence_penalty != 0.0f || frequency_penalty != 0.0f);
+  }
+};
+
+// A sparse probability distribution over token ids (ids with probability 0 are absent).
+struct Distribution {
+  std::vector<int32_t> ids;
+  std::vector<float> probs;
+  float prob_of(int32_t id) const;
+};
+
+struct TokenLogprob {
+  int32_t id;
+  float logprob;
+};
+
+class Sampler {
+ public:
+  Sampler(SamplerOptions options, int64_t vocab_size, int64_t context_length = 0);
+
+  const SamplerOptions& options() const { return opt_; }
+  // Penalty history: the prompt first, then every committed token.
+  void set_history(const std::vector<int32_t>& tokens);
+  void commit(int32_t token);
+
+  // The distribution the next token is drawn from, given raw logits [V] and tokens that would precede it
+  // beyond the committed history (a draft chain).
+  Distribution distribution(const float* logits, const std::vector<int32_t>& extra = {}) const;
+  int32_t sample(const Distribution& d);
+  // Draws in [0, 1) from the sampler's stream.
+  double uniform();
+
+  // log-softmax of the raw logits for `id`, and the `n` most likely alternatives.
+  static TokenLogprob logprob(const float* logits, int64_t V, int32_t id);
+  static std::vector<TokenLogprob> top_logprobs(const float* logits, int64_t V, int n);
+
+ private:
+  void penalize(std::vector<float>& logits, const std::vector<int32_t>& extra) const;
+
+  SamplerOptions opt_;
+  int64_t vocab_;
+  int64_t window_;
+  std::deque<int32_t> history_;
+  uint64_t seed_state_;
+  uint64_t counter_ = 0;
+};
+
+int32_t argmax(const float* logits, int64_t n);
+
+// Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): accept draft d with probability
+// min(1, p(d)/q(d)); on rejection draw from normalize(max(0, p - q)).
+bool accept_draft(const Distribution& p, const Distribution& q, int32_t draft, double u);
+Distribution residual(const Distribution& p, const Distribution& q);
+
+}  // namespace vatic

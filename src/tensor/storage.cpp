@@ -1,0 +1,60 @@
+#include "tensor/storage.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <new>
+
+#include "util/error.h"
+
+namespace vatic {
+
+namespace {
+class HostStorage : public Storage {
+ public:
+  explicit HostStorage(size_t bytes) : Storage(nullptr, bytes, Device::CPU, false) {
+    size_t rounded = (bytes + 63) / 64 * 64;
+    if (rounded == 0) rounded = 64;
+    data_ = std::aligned_alloc(64, rounded);
+    if (!data_) throw std::bad_alloc();
+    std::memset(data_, 0, rounded);
+  }
+  ~HostStorage() override { std::free(data_); }
+};
+}  // namespace
+
+std::shared_ptr<Storage> host_storage(size_t bytes) { return std::make_shared<HostStorage>(bytes); }
+
+MappedFile::MappedFile(const std::filesystem::path& path)
+    : Storage(nullptr, 0, Device::CPU, true), path_(path) {
+  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail("cannot open {}: {}", path.string(), std::strerror(errno));
+  struct stat st;
+  if (::fstat(fd, &st) != 0) {
+    int e = errno;
+    ::close(fd);
+    fail("cannot stat {}: {}", path.string(), std::strerror(e));
+  }
+  size_ = static_cast<size_t>(st.st_size);
+  if (size_ > 0) {
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      int e = errno;
+      ::close(fd);
+      fail("cannot map {}: {}", path.string(), std::strerror(e));
+    }
+    data_ = p;
+  }
+  ::close(fd);
+}
+
+MappedFile::~MappedFile() {
+  if (data_) ::munmap(data_, size_);
+}
+
+}  // namespace vatic

@@ -55,7 +55,40 @@ thread_local std::vector<Merge> t_heap;
 
 }  // namespace
 
-Bpe::Bpe(const json& model) {
+VocabList Bpe::vocab_from_json(const json& model) {
+  auto vit = model.find("vocab");
+  if (vit == model.end() || !vit->is_object()) fail("BPE model without a \"vocab\" object in tokenizer.json");
+  VocabList out;
+  out.reserve(vit->size());
+  for (auto it = vit->begin(); it != vit->end(); ++it) {
+    if (!it.value().is_number_integer()) fail("vocab entry \"{}\" has a non-integer id in tokenizer.json", it.key());
+    out.emplace_back(it.key(), it.value().get<int64_t>());
+  }
+  return out;
+}
+
+MergeList Bpe::merges_from_json(const json& model) {
+  MergeList out;
+  auto mit = model.find("merges");
+  if (mit == model.end() || mit->is_null()) return out;
+  if (!mit->is_array()) fail("BPE \"merges\" must be an array in tokenizer.json");
+  out.reserve(mit->size());
+  for (const auto& m : *mit) {
+    if (m.is_string()) {
+      const auto& s = m.get_ref<const std::string&>();
+      auto sp = s.find(' ');
+      if (sp == std::string::npos) fail("invalid merge \"{}\" in tokenizer.json (expected \"a b\")", s);
+      out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
+      out.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
+    } else {
+      fail("invalid merge {} in tokenizer.json", m.dump());
+    }
+  }
+  return out;
+}
+
+Bpe::Bpe(const json& model, const VocabList& vocab, const MergeList& merges) {
   if (auto d = model.find("dropout"); d != model.end() && !d->is_null() && d->get<double>() != 0.0)
     fail("unsupported BPE dropout {} in tokenizer.json", d->get<double>());
   continuing_prefix_ = opt_string(model, "continuing_subword_prefix");
@@ -65,24 +98,43 @@ Bpe::Bpe(const json& model) {
   byte_fallback_ = opt_bool(model, "byte_fallback");
   ignore_merges_ = opt_bool(model, "ignore_merges");
 
-  auto vit = model.find("vocab");
-  if (vit == model.end() || !vit->is_object()) fail("BPE model without a \"vocab\" object in tokenizer.json");
-  vocab_.reserve(vit->size() * 2);
-  int32_t max_id = -1;
-  for (auto it = vit->begin(); it != vit->end(); ++it) {
-    if (!it.value().is_number_integer()) fail("vocab entry \"{}\" has a non-integer id in tokenizer.json", it.key());
-    int64_t id = it.value().get<int64_t>();
-    if (id < 0 || id > INT32_MAX) fail("vocab entry \"{}\" has an out-of-range id {}", it.key(), id);
-    vocab_.insert_or_assign(it.key(), static_cast<int32_t>(id));
-    max_id = std::max(max_id, static_cast<int32_t>(id));
+  int64_t max_id = -1;
+  std::size_t bytes = 0;
+  for (const auto& [tok, id] : vocab) {
+    if (id < 0 || id > INT32_MAX) fail("vocab entry \"{}\" has an out-of-range id {}", tok, id);
+    max_id = std::max(max_id, id);
+    bytes += tok.size();
   }
-  id_to_token_.assign(static_cast<std::size_t>(max_id + 1), std::string());
-  for (const auto& [tok, id] : vocab_) id_to_token_[static_cast<std::size_t>(id)] = tok;
+  tokens_.assign(static_cast<std::size_t>(max_id + 1), {0, kMissing});
+  arena_.reserve(bytes);
+  std::size_t cap = 16;
+  while (cap < vocab.size() * 2) cap <<= 1;
+  table_.assign(cap, -1);
+  table_mask_ = cap - 1;
+  for (const auto& [tok, id64] : vocab) {
+    auto id = static_cast<int32_t>(id64);
+    auto& slot = tokens_[static_cast<std::size_t>(id)];
+    if (slot.second != kMissing) fail("vocab id {} is used twice in tokenizer.json", id);
+    slot = {static_cast<uint32_t>(arena_.size()), static_cast<uint32_t>(tok.size())};
+    arena_ += tok;
+    uint64_t h = std::hash<std::string_view>{}(tok);
+    for (uint64_t i = h & table_mask_;; i = (i + 1) & table_mask_) {
+      int32_t& t = table_[i];
+      if (t < 0) {
+        t = id;
+        break;
+      }
+      if (token_at(t) == std::string_view(tok)) {  // repeated token: the last id wins, like a hash map
+        t = id;
+        break;
+      }
+    }
+  }
 
   std::string unk = opt_string(model, "unk_token");
   if (!unk.empty()) {
     if (auto id = token_to_id(unk)) unk_id_ = *id;
-    // As in Hugging Face tokenizers, a missing unk token only fails when it is needed.
+    // As in Hugging Face tokenizers, a missing unk token only matters when it is needed.
   }
   for (int b = 0; b < 256; ++b) {
     char name[8];
@@ -92,7 +144,10 @@ Bpe::Bpe(const json& model) {
   }
   if (simple_chars_) {
     bmp_ids_.assign(0x10000, -1);
-    for (const auto& [tok, id] : vocab_) {
+    for (int32_t id = 0; id < size(); ++id) {
+      if (tokens_[static_cast<std::size_t>(id)].second == kMissing) continue;
+      std::string_view tok = token_at(id);
+      if (find_token(tok, std::hash<std::string_view>{}(tok)) != id) continue;
       if (tok.empty() || unicode::seq_len(static_cast<unsigned char>(tok[0])) != tok.size()) continue;
       std::size_t i = 0;
       char32_t cp = unicode::next_cp(tok, i);
@@ -103,33 +158,18 @@ Bpe::Bpe(const json& model) {
     }
   }
 
-  auto mit = model.find("merges");
-  if (mit == model.end() || mit->is_null()) return;
-  if (!mit->is_array()) fail("BPE \"merges\" must be an array in tokenizer.json");
-  std::size_t cap = 1;
-  while (cap < mit->size() * 2 + 16) cap <<= 1;
-  merges_.assign(cap, MergeEntry{kEmpty, 0, 0});
-  merge_mask_ = cap - 1;
+  if (merges.empty()) return;
+  std::size_t mcap = 1;
+  while (mcap < merges.size() * 2 + 16) mcap <<= 1;
+  merges_.assign(mcap, MergeEntry{kEmpty, 0, 0});
+  merge_mask_ = mcap - 1;
   std::string buf;
   uint32_t rank = 0;
-  for (const auto& m : *mit) {
-    std::string_view a, b;
-    if (m.is_string()) {
-      const auto& s = m.get_ref<const std::string&>();
-      auto sp = s.find(' ');
-      if (sp == std::string::npos) fail("invalid merge \"{}\" in tokenizer.json (expected \"a b\")", s);
-      a = std::string_view(s).substr(0, sp);
-      b = std::string_view(s).substr(sp + 1);
-    } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
-      a = m[0].get_ref<const std::string&>();
-      b = m[1].get_ref<const std::string&>();
-    } else {
-      fail("invalid merge {} in tokenizer.json", m.dump());
-    }
+  for (const auto& [a, b] : merges) {
     auto ia = token_to_id(a);
-    if (!ia) fail("merge token \"{}\" is not in the vocabulary", std::string(a));
+    if (!ia) fail("merge token \"{}\" is not in the vocabulary", a);
     auto ib = token_to_id(b);
-    if (!ib) fail("merge token \"{}\" is not in the vocabulary", std::string(b));
+    if (!ib) fail("merge token \"{}\" is not in the vocabulary", b);
     std::string_view bsuffix = b;
     if (!continuing_prefix_.empty() && bsuffix.size() >= continuing_prefix_.size())
       bsuffix.remove_prefix(continuing_prefix_.size());
@@ -162,17 +202,25 @@ const Bpe::MergeEntry* Bpe::find_merge(int32_t a, int32_t b) const {
   }
 }
 
-std::optional<int32_t> Bpe::token_to_id(std::string_view token) const {
-  auto it = vocab_.find(token);
-  if (it == vocab_.end()) return std::nullopt;
-  return it->second;
+int32_t Bpe::find_token(std::string_view s, uint64_t h) const {
+  for (uint64_t i = h & table_mask_;; i = (i + 1) & table_mask_) {
+    int32_t t = table_[i];
+    if (t < 0) return -1;
+    if (token_at(t) == s) return t;
+  }
 }
 
-const std::string* Bpe::id_to_token(int32_t id) const {
-  if (id < 0 || static_cast<std::size_t>(id) >= id_to_token_.size()) return nullptr;
-  const std::string& s = id_to_token_[static_cast<std::size_t>(id)];
-  if (s.empty() && !vocab_.count(s)) return nullptr;
-  return &s;
+std::optional<int32_t> Bpe::token_to_id(std::string_view token) const {
+  if (table_.empty()) return std::nullopt;
+  int32_t id = find_token(token, std::hash<std::string_view>{}(token));
+  if (id < 0) return std::nullopt;
+  return id;
+}
+
+std::optional<std::string_view> Bpe::id_to_token(int32_t id) const {
+  if (id < 0 || static_cast<std::size_t>(id) >= tokens_.size() || tokens_[static_cast<std::size_t>(id)].second == kMissing)
+    return std::nullopt;
+  return token_at(id);
 }
 
 void Bpe::tokenize(std::string_view word, std::vector<int32_t>& out) const {

@@ -6,6 +6,7 @@
 #include <string>
 #include <string_view>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "util/json.h"
@@ -18,9 +19,17 @@ struct StringHash {
 };
 using TokenMap = std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>>;
 
+using VocabList = std::vector<std::pair<std::string, int64_t>>;
+using MergeList = std::vector<std::pair<std::string, std::string>>;
+
 class Bpe {
  public:
-  explicit Bpe(const json& model);
+  // `model` holds the options (vocab and merges in it are ignored); vocab and merges are given apart so a
+  // large file can be read without building a JSON tree for them.
+  Bpe(const json& model, const VocabList& vocab, const MergeList& merges);
+  // Reads "vocab" and "merges" out of a model JSON object.
+  static VocabList vocab_from_json(const json& model);
+  static MergeList merges_from_json(const json& model);
   Bpe(const Bpe&) = delete;
   Bpe& operator=(const Bpe&) = delete;
 
@@ -28,8 +37,10 @@ class Bpe {
   void tokenize(std::string_view word, std::vector<int32_t>& out) const;
 
   std::optional<int32_t> token_to_id(std::string_view token) const;
-  const std::string* id_to_token(int32_t id) const;
-  int32_t size() const { return static_cast<int32_t>(id_to_token_.size()); }
+  // The token's text (valid for the Bpe's lifetime), or nullopt for an id without a token.
+  std::optional<std::string_view> id_to_token(int32_t id) const;
+  static constexpr uint32_t kMissing = 0xFFFFFFFFu;
+  int32_t size() const { return static_cast<int32_t>(tokens_.size()); }
   std::optional<int32_t> unk_id() const { return unk_id_; }
 
  private:
@@ -43,8 +54,16 @@ class Bpe {
   void merge_word(std::string_view word, std::vector<int32_t>& out) const;
   int32_t char_id(char32_t cp, std::string_view s, bool first, bool last) const;
 
-  TokenMap vocab_;
-  std::vector<std::string> id_to_token_;
+  // Vocabulary: token strings in one arena, looked up through an open-addressing table of ids.
+  std::string_view token_at(int32_t id) const {
+    const auto& r = tokens_[static_cast<std::size_t>(id)];
+    return std::string_view(arena_).substr(r.first, r.second);
+  }
+  int32_t find_token(std::string_view s, uint64_t h) const;
+  std::string arena_;
+  std::vector<std::pair<uint32_t, uint32_t>> tokens_;  // per id: (offset, length); length kMissing = no token
+  std::vector<int32_t> table_;                         // ids, -1 = empty
+  uint64_t table_mask_ = 0;
   std::vector<MergeEntry> merges_;  // open addressing, power-of-two capacity
   uint64_t merge_mask_ = 0;
   std::vector<int32_t> bmp_ids_;  // single-code-point tokens below U+10000 (-1: none); when no prefix/suffix

@@ -46,6 +46,7 @@ struct Impl {
   std::unique_ptr<Bpe> model;
   std::vector<AddedToken> added;
   std::unordered_map<int32_t, std::size_t> added_by_id;
+  std::unordered_map<std::string, int32_t, StringHash, std::equal_to<>> added_by_content;
   AddedTokenMatcher raw_matcher;         // added tokens with normalized = false
   AddedTokenMatcher normalized_matcher;  // added tokens with normalized = true (matched on normalized text)
   std::unique_ptr<Normalizer> normalizer;
@@ -57,7 +58,7 @@ struct Impl {
   std::vector<int32_t> eos;
 
   std::optional<int32_t> token_to_id(std::string_view s) const;
-  const std::string* id_to_token(int32_t id) const;
+  std::optional<std::string_view> id_to_token(int32_t id) const;
   const AddedToken* added_token(int32_t id) const {
     auto it = added_by_id.find(id);
     return it == added_by_id.end() ? nullptr : &added[it->second];

@@ -1,7 +1,11 @@
 #include "tokenizer/tokenizer.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
 
+#include "tokenizer/fast_json.h"
 #include "tokenizer/impl.h"
 #include "tokenizer/unicode.h"
 #include "util/error.h"
@@ -156,13 +160,12 @@ void Impl::encode(std::string_view text, bool add_special_tokens, std::vector<in
 }
 
 std::optional<int32_t> Impl::token_to_id(std::string_view s) const {
-  for (const AddedToken& t : added)  // added tokens take precedence (few, and usually also in the vocab)
-    if (t.content == s) return t.id;
+  if (auto it = added_by_content.find(s); it != added_by_content.end()) return it->second;
   return model->token_to_id(s);
 }
 
-const std::string* Impl::id_to_token(int32_t id) const {
-  if (const AddedToken* t = added_token(id)) return &t->content;
+std::optional<std::string_view> Impl::id_to_token(int32_t id) const {
+  if (const AddedToken* t = added_token(id)) return std::string_view(t->content);
   return model->id_to_token(id);
 }
 
@@ -174,8 +177,8 @@ std::string Impl::decode(const std::vector<int32_t>& ids, bool skip_special) con
     if (t) {
       if (skip_special && t->special) continue;
       tokens.push_back(t->content);
-    } else if (const std::string* s = model->id_to_token(id)) {
-      tokens.push_back(*s);
+    } else if (auto s = model->id_to_token(id)) {
+      tokens.emplace_back(*s);
     }
   }
   if (!decoder) {
@@ -203,7 +206,7 @@ const std::vector<std::string>& known_top_level_keys() {
   return keys;
 }
 
-std::unique_ptr<Impl> build(const json& root) {
+std::unique_ptr<Impl> build(const json& root, const VocabList* fast_vocab, const MergeList* fast_merges) {
   if (!root.is_object()) fail("tokenizer.json must hold a JSON object");
   for (auto it = root.begin(); it != root.end(); ++it)
     if (std::find(known_top_level_keys().begin(), known_top_level_keys().end(), it.key()) ==
@@ -214,7 +217,11 @@ std::unique_ptr<Impl> build(const json& root) {
   if (model == root.end() || !model->is_object()) fail("tokenizer.json has no \"model\" object");
   std::string type = model->value("type", model->contains("merges") ? "BPE" : "");
   if (type != "BPE") fail("unsupported model type \"{}\" in tokenizer.json (only BPE is supported)", type);
-  impl->model = std::make_unique<Bpe>(*model);
+  if (fast_vocab && fast_merges) {
+    impl->model = std::make_unique<Bpe>(*model, *fast_vocab, *fast_merges);
+  } else {
+    impl->model = std::make_unique<Bpe>(*model, Bpe::vocab_from_json(*model), Bpe::merges_from_json(*model));
+  }
   impl->vocab_size = impl->model->size();
 
   if (auto at = root.find("added_tokens"); at != root.end() && !at->is_null()) {
@@ -256,6 +263,7 @@ std::unique_ptr<Impl> build(const json& root) {
 
   for (std::size_t i = 0; i < impl->added.size(); ++i) {
     const AddedToken& t = impl->added[i];
+    impl->added_by_content.insert_or_assign(t.content, t.id);
     if (t.normalized) {
       std::string norm = t.content;
       if (impl->normalizer) impl->normalizer->normalize(norm);
@@ -279,6 +287,24 @@ std::unique_ptr<Impl> build(const json& root) {
     }
   }
   return impl;
+}
+
+std::string read_whole_file(const std::filesystem::path& p) {
+  std::FILE* f = std::fopen(p.c_str(), "rb");
+  if (!f) fail("cannot open {}: {}", p.string(), std::strerror(errno));
+  std::string out;
+  std::fseek(f, 0, SEEK_END);
+  long n = std::ftell(f);
+  std::fseek(f, 0, SEEK_SET);
+  if (n > 0) {
+    out.resize(static_cast<std::size_t>(n));
+    std::size_t got = std::fread(out.data(), 1, out.size(), f);
+    out.resize(got);
+  }
+  bool bad = std::ferror(f);
+  std::fclose(f);
+  if (bad) fail("cannot read {}", p.string());
+  return out;
 }
 
 json parse_json(std::string_view text, std::string_view origin) {
@@ -344,8 +370,41 @@ Tokenizer& Tokenizer::operator=(Tokenizer&&) noexcept = default;
 Tokenizer::~Tokenizer() = default;
 
 Tokenizer Tokenizer::from_json(std::string_view json_text, std::string_view origin) {
+  // Fast path: read model.vocab and model.merges with a dedicated reader and the rest with nlohmann::json.
+  // Anything unexpected falls back to parsing the whole document (which also gives the precise error).
+  namespace fj = tok::fastjson;
+  if (auto top = fj::object_members(json_text)) {
+    try {
+      json root = json::object();
+      std::optional<tok::VocabList> vocab;
+      std::optional<tok::MergeList> merges = tok::MergeList{};
+      bool ok = true;
+      for (const auto& [key, span] : *top) {
+        if (key != "model") {
+          root[key] = json::parse(span);
+          continue;
+        }
+        auto members = fj::object_members(span);
+        if (!members) {
+          ok = false;
+          break;
+        }
+        json model = json::object();
+        for (const auto& [mkey, mspan] : *members) {
+          if (mkey == "vocab" && (vocab = fj::parse_vocab(mspan))) continue;
+          if (mkey == "merges" && (mspan == "null" || (merges = fj::parse_merges(mspan)))) continue;
+          if (mkey == "vocab" || mkey == "merges") ok = false;
+          model[mkey] = json::parse(mspan);
+        }
+        root["model"] = std::move(model);
+      }
+      if (ok && vocab && merges) return Tokenizer(tok::build(root, &*vocab, &*merges));
+    } catch (const json::exception&) {
+      // fall through to the full parser
+    }
+  }
   json root = tok::parse_json(json_text, origin);
-  return Tokenizer(tok::build(root));
+  return Tokenizer(tok::build(root, nullptr, nullptr));
 }
 
 Tokenizer Tokenizer::load(const std::filesystem::path& path) {
@@ -357,7 +416,7 @@ Tokenizer Tokenizer::load(const std::filesystem::path& path) {
     if (dir) fail("no tokenizer.json in model directory {}", path.string());
     fail("tokenizer file {} not found", path.string());
   }
-  Tokenizer t = from_json(read_file(file), file.string());
+  Tokenizer t = from_json(tok::read_whole_file(file), file.string());
   if (dir) tok::read_model_configs(path, *t.impl_);
   return t;
 }
@@ -375,7 +434,7 @@ std::string Tokenizer::decode(const std::vector<int32_t>& ids, bool skip_special
 std::optional<int32_t> Tokenizer::token_to_id(std::string_view token) const { return impl_->token_to_id(token); }
 
 std::optional<std::string> Tokenizer::id_to_token(int32_t id) const {
-  if (const std::string* s = impl_->id_to_token(id)) return *s;
+  if (auto s = impl_->id_to_token(id)) return std::string(*s);
   return std::nullopt;
 }
 

@@ -116,8 +116,8 @@ void register_debug_commands(CLI::App& app) {
       Generator gen(*lm, drafter.get());
       auto st = lm->new_state();
       std::vector<int32_t> out;
-      GenerateStats stats = gen.generate(*st, ids, o, [&](int32_t t) {
-        out.push_back(t);
+      GenerateStats stats = gen.generate(*st, ids, o, [&](const TokenEvent& ev) {
+        out.push_back(ev.token);
         return true;
       });
       json j;

@@ -37,10 +37,17 @@ Generator::Generator(LanguageModel& model, Drafter* drafter, DepthController* de
 ForwardResult Generator::prefill(SequenceState& state, const std::vector<int32_t>& tokens, int64_t chunk) {
   const int64_t T = static_cast<int64_t>(tokens.size());
   if (chunk <= 0) chunk = T;
+  const bool feed = drafter_ && drafter_->wants_hidden();
   ForwardResult r;
   for (int64_t s = 0; s < T; s += chunk) {
     const int64_t e = std::min(T, s + chunk);
-    r = model_.forward(state, std::vector<int32_t>(tokens.begin() + s, tokens.begin() + e), e == T ? 1 : 0);
+    std::vector<int32_t> part(tokens.begin() + s, tokens.begin() + e);
+    const int64_t start = state.length();
+    r = model_.forward(state, part, e == T ? 1 : 0, feed);
+    if (feed) {
+      drafter_->observe(part, r.hidden, start);
+      if (e == T) r.hidden = r.hidden.slice(0, e - s - 1, e - s);
+    }
   }
   return r;
 }
@@ -79,6 +86,7 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
   // The state may hold a prefix of this prompt already; keep at least one token to evaluate.
   int64_t reuse = std::min<int64_t>(state.length(), static_cast<int64_t>(prompt.size()) - 1);
   if (reuse < state.length()) state.rewind(reuse);
+  if (drafter_) drafter_->rewind(reuse);
   stats.prompt_reused = reuse;
   stats.prompt_evaluated = static_cast<int64_t>(prompt.size()) - reuse;
 
@@ -102,15 +110,21 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     depth = own_depth_.get();
   }
 
-  // Emits `next`; returns false when generation is over.
-  auto emit = [&](int32_t tok) -> bool {
+  const bool want_logprobs = o.sampling.logprobs || o.sampling.top_logprobs > 0;
+  // Emits `tok` (sampled from the raw logits row `row`); returns false when generation is over.
+  auto emit = [&](int32_t tok, const float* row) -> bool {
     if (is_stop(tok, o)) {
       stats.done_reason = "stop";
       return false;
     }
     stats.generated++;
     sampler.commit(tok);
-    if (!on_token(tok)) {
+    TokenEvent ev{tok, std::nullopt, {}};
+    if (want_logprobs && row) {
+      ev.logprob = Sampler::logprob(row, V, tok);
+      if (o.sampling.top_logprobs > 0) ev.top = Sampler::top_logprobs(row, V, o.sampling.top_logprobs);
+    }
+    if (!on_token(ev)) {
       stats.done_reason = "stop";
       return false;
     }
@@ -130,10 +144,13 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     return stats;
   }
 
-  while (emit(next)) {
+  // The raw logits row `next` was drawn from (for logprobs).
+  std::vector<float> next_row = logits;
+  while (emit(next, next_row.data())) {
     const int64_t remaining = budget - stats.generated;
     int k = 0;
-    if (drafter_) {
+    // Speculation is off when logprobs are requested (as ollama does): every token gets its own row.
+    if (drafter_ && !want_logprobs) {
       k = o.draft_depth >= 0 ? o.draft_depth : depth->next();
       k = static_cast<int>(std::min<int64_t>(k, remaining - 1));
       if (ctx > 0) k = static_cast<int>(std::min<int64_t>(k, ctx - state.length() - 2));
@@ -141,10 +158,13 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     }
     auto round_start = Clock::now();
     if (k == 0) {
+      const int64_t pos = state.length();
       ForwardResult s = model_.forward(state, {next}, 1);
+      if (drafter_ && drafter_->wants_hidden()) drafter_->observe({next}, s.hidden, pos);
       logits = ops::to_vector(s.logits);
       hidden = s.hidden;
       next = sampler.sample(sampler.distribution(logits.data()));
+      next_row = logits;
       if (drafter_ && depth) depth->record(0, 0, since(round_start));
       continue;
     }
@@ -198,12 +218,18 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     }
     // Keep next and the accepted drafts; drop the rest of the verification from every cache.
     state.rewind(base + 1 + accepted);
+    drafter_->rewind(base);
+    if (drafter_->wants_hidden()) {
+      std::vector<int32_t> kept(verify.begin(), verify.begin() + accepted + 1);
+      drafter_->observe(kept, vr.hidden.slice(0, 0, accepted + 1), base);
+    }
     hidden = vr.hidden.slice(0, accepted, accepted + 1);
     if (depth) depth->record(k, accepted, since(round_start));
     bool go = true;
-    for (int i = 0; i < accepted && go; i++) go = emit(chain[i]);
+    for (int i = 0; i < accepted && go; i++) go = emit(chain[i], vl.data() + i * V);
     if (!go) break;
     next = follow;
+    next_row.assign(vl.begin() + accepted * V, vl.begin() + (accepted + 1) * V);
   }
   stats.decode_seconds = since(t1);
   return stats;

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <vector>
 
 #include "engine/depth_controller.h"
@@ -37,8 +38,13 @@ struct GenerateStats {
   json to_json() const;
 };
 
+struct TokenEvent {
+  int32_t token;
+  std::optional<TokenLogprob> logprob;  // when SamplerOptions::logprobs (from the raw logits)
+  std::vector<TokenLogprob> top;        // SamplerOptions::top_logprobs alternatives
+};
 // Called with each generated token (in order); return false to stop (stop string found, client gone).
-using TokenCallback = std::function<bool(int32_t token)>;
+using TokenCallback = std::function<bool(const TokenEvent& event)>;
 
 class Generator {
  public:

@@ -41,7 +41,7 @@ class SequenceState {
 
 struct ForwardResult {
   Tensor logits;  // [n_out, V] F32: logits of the last n_out tokens of the forward
-  Tensor hidden;  // [n_out, H] F32: final-normed hidden states of the same tokens
+  Tensor hidden;  // [n_out, H] F32: final-normed hidden states of the same tokens (all T rows with all_hidden)
 };
 
 class LanguageModel {
@@ -50,7 +50,9 @@ class LanguageModel {
   virtual const ModelInfo& info() const = 0;
   virtual std::unique_ptr<SequenceState> new_state() const = 0;
   // Runs `tokens` at positions state.length() ..; appends to the caches; returns the last n_out rows.
-  virtual ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out) = 0;
+  // With all_hidden, `hidden` holds every row of the forward (drafters with their own caches consume them).
+  virtual ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
+                                bool all_hidden = false) = 0;
 };
 
 // Proposes draft tokens. The target has processed `state.length()` tokens and chose `last_token` (not yet run);
@@ -68,6 +70,14 @@ class Drafter {
   virtual std::vector<Tensor> draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,
                                     int steps, const std::function<int32_t(const Tensor& logits)>& choose) = 0;
   virtual std::string name() const = 0;
+
+  // Drafters that keep state of their own (GLM's MTP layer has a KV cache) follow the target through these;
+  // the Gemma 4 assistant reads the target's caches and needs none of them.
+  virtual bool wants_hidden() const { return false; }
+  // The target committed `tokens` at positions start.. with final-normed hidden rows `hidden` [n, H].
+  virtual void observe(const std::vector<int32_t>& tokens, const Tensor& hidden, int64_t start) {}
+  // The target's sequence was rewound to n tokens (or reset when n == 0).
+  virtual void rewind(int64_t n) {}
 };
 
 }  // namespace vatic

@@ -205,7 +205,8 @@ Tensor Gemma4Model::per_layer_inputs(const Tensor& ids, const Tensor& x0) {
   return ops::scale(ops::add(ctx, tok.reshape({T, L, PL})), 1.0f / std::sqrt(2.0f));
 }
 
-ForwardResult Gemma4Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out) {
+ForwardResult Gemma4Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
+                                   bool all_hidden) {
   auto& st = static_cast<KvState&>(state);
   const int64_t T = static_cast<int64_t>(tokens.size());
   VATIC_CHECK(T > 0, "forward over no tokens");
@@ -234,9 +235,11 @@ ForwardResult Gemma4Model::forward(SequenceState& state, const std::vector<int32
     x = ops::scale(x, l.layer_scalar);
   }
   ForwardResult r;
+  if (all_hidden) r.hidden = ops::rms_norm(x, final_norm_, eps);
   if (n_out == 0) return r;
-  r.hidden = ops::rms_norm(x.slice(0, T - n_out, T), final_norm_, eps);
-  r.logits = ops::matmul(r.hidden, lm_head_);
+  Tensor h = all_hidden ? r.hidden.slice(0, T - n_out, T) : ops::rms_norm(x.slice(0, T - n_out, T), final_norm_, eps);
+  if (!all_hidden) r.hidden = h;
+  r.logits = ops::matmul(h, lm_head_);
   if (cfg_.final_logit_softcapping && *cfg_.final_logit_softcapping > 0)
     r.logits = ops::softcap(r.logits, static_cast<float>(*cfg_.final_logit_softcapping));
   return r;

@@ -33,7 +33,8 @@ class Gemma4Model final : public LanguageModel {
 
   const ModelInfo& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_state() const override;
-  ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out) override;
+  ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
+                        bool all_hidden = false) override;
 
   const Gemma4TextConfig& config() const { return cfg_; }
   // The target's scaled token embedding (the assistant drafter is fed with it).

@@ -1,0 +1,134 @@
+#include "engine/engine.h"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+
+#include "models/loader.h"
+
+namespace vatic {
+
+static size_t default_prefix_budget() {
+  if (const char* e = std::getenv("VATIC_PREFIX_CACHE_MB")) return static_cast<size_t>(std::atoll(e)) << 20;
+  // A quarter of physical memory, at most 8 GiB.
+  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
+  size_t total = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : (size_t(8) << 30);
+  return std::min(total / 4, size_t(8) << 30);
+}
+
+Engine::Engine(const ModelSource& source, EngineOptions options) : source_(source), options_(options) {
+  executor_.run([&] {
+    model_ = load_language_model(source_);
+    if (options_.use_draft) {
+      drafter_ = load_drafter(*model_, source_.draft.get());
+      has_drafter_ = drafter_ != nullptr;
+    }
+    if (!source_.tokenizer.empty()) tokenizer_ = std::make_unique<Tokenizer>(Tokenizer::load(source_.tokenizer));
+    info_ = model_->info();
+    num_ctx_ = options_.num_ctx > 0 ? options_.num_ctx : std::min<int64_t>(info_.context_length, 8192);
+    if (info_.context_length > 0) num_ctx_ = std::min(num_ctx_, info_.context_length);
+    live_ = model_->new_state();
+    prefix_ = std::make_unique<PrefixCache>(options_.prefix_cache_bytes ? options_.prefix_cache_bytes
+                                                                        : default_prefix_budget());
+    if (has_drafter_) depth_ = std::make_unique<DepthController>(options_.max_draft_depth);
+  });
+}
+
+Engine::~Engine() {
+  try {
+    executor_.run([&] {
+      live_.reset();
+      prefix_.reset();
+      drafter_.reset();
+      model_.reset();
+    });
+  } catch (...) {
+  }
+  executor_.stop();
+}
+
+std::vector<int32_t> Engine::tokenize(const std::string& text, bool add_special_tokens) const {
+  if (!tokenizer_) throw InvalidInput(fmt::format("{} has no tokenizer", source_.name));
+  return tokenizer_->encode(text, add_special_tokens);
+}
+
+std::string Engine::detokenize(const std::vector<int32_t>& ids) const {
+  if (!tokenizer_) throw InvalidInput(fmt::format("{} has no tokenizer", source_.name));
+  return tokenizer_->decode(ids, false);
+}
+
+GenerateStats Engine::generate(const std::vector<int32_t>& prompt, const GenerateOptions& options,
+                               const TokenCallback& on_token) {
+  return executor_.run([&] {
+    if (static_cast<int64_t>(prompt.size()) >= num_ctx_)
+      throw InvalidInput(fmt::format("the prompt is {} tokens, over the context length of {}", prompt.size(), num_ctx_));
+    // Longest prefix shared with the live sequence...
+    size_t lcp = 0;
+    while (lcp < live_tokens_.size() && lcp < prompt.size() && live_tokens_[lcp] == prompt[lcp]) lcp++;
+    // ...or a longer one from the prefix cache.
+    auto m = prefix_->lookup(prompt);
+    if (m.snapshot && static_cast<size_t>(m.length) > lcp && m.length < static_cast<int64_t>(prompt.size())) {
+      live_->restore(m.snapshot);
+      live_tokens_.assign(prompt.begin(), prompt.begin() + m.length);
+      lcp = static_cast<size_t>(m.length);
+    }
+    if (lcp < live_tokens_.size()) {
+      if (live_->can_rewind_to(static_cast<int64_t>(lcp))) {
+        live_->rewind(static_cast<int64_t>(lcp));
+      } else {
+        live_ = model_->new_state();
+        lcp = 0;
+      }
+      live_tokens_.resize(lcp);
+    }
+    // The engine's context window bounds generation too.
+    GenerateOptions o = options;
+    const int64_t room = num_ctx_ - static_cast<int64_t>(prompt.size());
+    if (o.max_tokens < 0 || o.max_tokens > room) o.max_tokens = static_cast<int>(room);
+    Generator gen(*model_, drafter_.get(), options.draft_depth < 0 ? depth_.get() : nullptr);
+    std::vector<int32_t> produced;
+    live_tokens_ = prompt;
+    GenerateStats stats;
+    try {
+      stats = gen.generate(*live_, prompt, o, [&](const TokenEvent& ev) {
+        produced.push_back(ev.token);
+        return on_token(ev);
+      });
+    } catch (...) {
+      live_ = model_->new_state();  // a failed forward may leave caches half-written
+      live_tokens_.clear();
+      throw;
+    }
+    // The state holds the prompt and every produced token but the last (it was never run).
+    live_tokens_.insert(live_tokens_.end(), produced.begin(), produced.end());
+    live_tokens_.resize(static_cast<size_t>(live_->length()));
+    if (live_->length() > 0) {
+      auto snap = live_->snapshot();
+      prefix_->insert(live_tokens_, snap, live_->snapshot_bytes(snap));
+    }
+    kv_bytes_ = live_->bytes();
+    return stats;
+  });
+}
+
+json Engine::status() const {
+  return {{"weights_bytes", info_.weight_bytes},
+          {"kv_bytes", kv_bytes_.load()},
+          {"kv_bytes_per_token", info_.kv_bytes_per_token},
+          {"prefix_cache_bytes", prefix_ ? prefix_->bytes() : 0},
+          {"prefix_cache_budget", prefix_ ? prefix_->budget() : 0},
+          {"context_length", num_ctx_},
+          {"drafter", has_drafter_}};
+}
+
+void Engine::reset() {
+  executor_.run([&] {
+    live_ = model_->new_state();
+    live_tokens_.clear();
+    prefix_->clear();
+    kv_bytes_ = 0;
+  });
+}
+
+}  // namespace vatic

@@ -223,7 +223,9 @@ std::optional<std::vector<std::pair<std::string, std::string>>> parse_merges(std
       if (!parse_string(a, p, s)) return std::nullopt;
       auto sp = s.find(' ');
       if (sp == std::string::npos) return std::nullopt;
-      out.emplace_back(s.substr(0, sp), s.substr(sp + 1));
+      t.assign(s, sp + 1, std::string::npos);
+      s.resize(sp);
+      out.emplace_back(std::move(s), std::move(t));
     } else if (p < a.size() && a[p] == '[') {
       ++p;
       skip_ws(a, p);
@@ -236,7 +238,7 @@ std::optional<std::vector<std::pair<std::string, std::string>>> parse_merges(std
       skip_ws(a, p);
       if (p >= a.size() || a[p] != ']') return std::nullopt;
       ++p;
-      out.emplace_back(s, t);
+      out.emplace_back(std::move(s), std::move(t));
     } else {
       return std::nullopt;
     }

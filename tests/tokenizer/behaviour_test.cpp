@@ -80,7 +80,7 @@ TEST(TokenizerUnicode, NormalizationForms) {
   EXPECT_EQ(unicode::normalize("\xE2\x91\xA0", Form::NFKD), "1");      // circled digit one
   EXPECT_EQ(unicode::normalize("\xED\x95\x9C", Form::NFD), "\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB");  // 한
   EXPECT_EQ(unicode::normalize("\xE1\x84\x92\xE1\x85\xA1\xE1\x86\xAB", Form::NFC), "\xED\x95\x9C");
-  // Canonical ordering: U+0323 (ccc 220) sorts before U+0307 (ccc 230); NFC gives U+1E0B U+0323? no:
+  // Canonical ordering puts U+0323 (ccc 220) before U+0307 (ccc 230), so
   // d + U+0307 + U+0323 -> NFC U+1E0D (d with dot below) + U+0307.
   EXPECT_EQ(unicode::normalize("d\xCC\x87\xCC\xA3", Form::NFC), "\xE1\xB8\x8D\xCC\x87");
   EXPECT_EQ(unicode::normalize("\xE2\x84\xAB", Form::NFC), "\xC3\x85");  // ANGSTROM SIGN -> Å (singleton)

@@ -1,6 +1,9 @@
 // Parity with Hugging Face tokenizers: every expected value here was computed by HF tokenizers.
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <thread>
+
 #include "test_common.h"
 #include "tokenizer/tokenizer.h"
 
@@ -86,6 +89,24 @@ void check_reference(const std::string& name) {
 
 TEST(TokenizerRealParity, Gemma3) { check_reference("gemma3"); }
 TEST(TokenizerRealParity, Qwen3) { check_reference("qwen3"); }
+
+TEST(TokenizerRealParity, ConcurrentEncodeMatchesReference) {
+  std::string why;
+  auto file = test::reference_tokenizer("qwen3", why);
+  if (!file) GTEST_SKIP() << why;
+  Tokenizer tok = Tokenizer::load(*file);
+  json ref = read_json(fixtures() / "tokenizers" / "qwen3.visible.json");
+  std::atomic<int> bad{0};
+  std::vector<std::thread> threads;
+  for (int t = 0; t < 4; ++t)
+    threads.emplace_back([&] {
+      for (int round = 0; round < 3; ++round)
+        for (const auto& c : ref["cases"])
+          if (tok.encode(c["text"].get<std::string>(), false) != c["ids"].get<std::vector<int32_t>>()) ++bad;
+    });
+  for (auto& th : threads) th.join();
+  EXPECT_EQ(bad.load(), 0);
+}
 
 TEST(TokenizerRealParity, Gemma3Metadata) {
   std::string why;

@@ -102,9 +102,10 @@ std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t 
                                                 lc.head_dim, positions, eps);
       KvCache& kv = st.cache(donors_[i]);
       AttentionParams ap;
-      // Keys p-W .. p-1 on sliding layers: the window as seen from the last processed token, which is what the
-      // target's own next query would see minus the token that has no key yet.
-      ap.window = lc.is_sliding ? target_.config().sliding_window + 1 : 0;
+      // Sliding layers see the W+1 most recent target keys, p-W-1 .. p-1 (the query sits at p, whose key does not
+      // exist yet). This is what transformers' assistant forward does and what the reference rounds record; the
+      // architecture notes suggest W keys, and the fixtures disagree with that past the window.
+      ap.window = lc.is_sliding ? target_.config().sliding_window + 2 : 0;
       Tensor o = ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap);
       x = ops::add(x, ops::rms_norm(ops::matmul(o.reshape({1, -1}), l.o), l.post_attn_ln, eps));
       x = ops::add(x, ops::rms_norm(Gemma4Model::mlp(l, ops::rms_norm(x, l.pre_ff_ln, eps)), l.post_ff_ln, eps));

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   register_store_commands(app);
   register_server_commands(app);
   register_bench_commands(app);
+  register_client_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

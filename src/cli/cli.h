@@ -11,5 +11,6 @@ void register_debug_tokenize(CLI::App& debug); // debug_tokenize.cpp: vatic debu
 void register_store_commands(CLI::App& app);   // store_commands.cpp: create, list, show, rm, cp
 void register_server_commands(CLI::App& app);  // server_commands.cpp: serve, runner, run, ps, stop
 void register_bench_commands(CLI::App& app);   // bench_commands.cpp: bench
+void register_client_commands(CLI::App& app);
 
 }  // namespace vatic::cli

@@ -144,12 +144,9 @@ std::string verbose_summary(const json& f) {
     out += line("prompt eval rate:", rate(pcount, pdur));
   }
   // Tokens the prefix cache supplied (not part of prompt_eval_count, as in ollama).
-  for (const char* key : {"prompt_reused", "prompt_cache_count", "prompt_cached_count"}) {
-    if (int64_t reused = number(f, key); reused > 0) {
-      out += line("prompt tokens reused:", fmt::format("{} token(s)", reused));
-      break;
-    }
-  }
+  int64_t reused = number(f, "prompt_reused");
+  if (f.contains("prompt_cache") && f["prompt_cache"].is_object()) reused = number(f["prompt_cache"], "reused");
+  if (reused > 0) out += line("prompt tokens reused:", fmt::format("{} token(s)", reused));
   if (ecount > 0) out += line("eval count:", fmt::format("{} token(s)", ecount));
   if (edur > 0) {
     out += line("eval duration:", go_duration(edur));
@@ -252,6 +249,7 @@ std::string show_info(const json& show) {
       if (d.contains("architecture")) rows.emplace_back("architecture", scalar_text(d["architecture"]));
       if (int64_t n = number(d, "parameter_count"); n > 0) rows.emplace_back("parameters", human_number(n));
       if (d.contains("quantization")) rows.emplace_back("quantization", scalar_text(d["quantization"]));
+      else if (d.contains("quantization_level")) rows.emplace_back("quantization", scalar_text(d["quantization_level"]));
       section("Draft", rows);
     }
   }

@@ -22,7 +22,9 @@ std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::st
 std::string until_text(const std::string& expires_at, std::chrono::system_clock::time_point now);
 
 // The --verbose block for a final chunk: ollama's Metrics.Summary lines, then the speculative and prefix-reuse ones
-// when the server reports them. Every line ends with '\n'; empty when the chunk holds no metrics.
+// when the server reports them: "speculative" {rounds, drafted, accepted, acceptance_length, position_acceptance}
+// and the prefix cache's "prompt_cache" {reused} (or a flat "prompt_reused"). Every line ends with '\n'; empty
+// when the chunk holds no metrics.
 std::string verbose_summary(const json& final_chunk);
 
 // ollama's format.HumanNumber: "950", "1.2K", "14M", "4.3B".

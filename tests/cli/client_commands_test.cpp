@@ -9,6 +9,7 @@
 
 #include "cli/client_api.h"
 #include "cli/client_format.h"
+#include "cli/client_session.h"
 #include "util/error.h"
 #include "cli_test_util.h"
 
@@ -470,6 +471,57 @@ TEST(ClientFormat, UntilText) {
   EXPECT_EQ(until_text("2318-01-01T00:00:00Z", now), "Forever");
   EXPECT_EQ(until_text("0001-01-01T00:00:00Z", now), "Never");
   EXPECT_FALSE(parse_rfc3339("yesterday"));
+}
+
+TEST(ClientFormat, VerboseReadsThePrefixCacheObject) {
+  json f = {{"done", true}, {"prompt_eval_count", 4}, {"prompt_eval_duration", 2000000},
+            {"prompt_cache", {{"evaluated", 4}, {"reused", 96}}}};
+  EXPECT_EQ(vatic::cli::verbose_summary(f),
+            "prompt eval count:    4 token(s)\n"
+            "prompt eval duration: 2ms\n"
+            "prompt eval rate:     2000.00 tokens/s\n"
+            "prompt tokens reused: 96 token(s)\n");
+  EXPECT_EQ(vatic::cli::verbose_summary({{"done", true}}), "");
+}
+
+TEST(ClientFormat, ShowInfoFromOllamaLayout) {
+  // what `vatic serve` answers to /api/show (ollama's details / model_info, plus renderer and draft)
+  json show = {{"parameters", "temperature                    1\nstop                           \"<eos>\"\n"},
+               {"template", ""},
+               {"system", ""},
+               {"details", {{"family", "gemma4"}, {"parameter_size", "14.2M"}, {"quantization_level", "bfloat16"}}},
+               {"model_info",
+                {{"general.architecture", "gemma4"},
+                 {"general.parameter_count", 14200000},
+                 {"gemma4.context_length", 2048},
+                 {"gemma4.embedding_length", 256}}},
+               {"capabilities", {"completion"}},
+               {"renderer", "gemma4"},
+               {"draft", {{"architecture", "gemma4_assistant"}, {"parameter_count", 1200000},
+                          {"quantization_level", "int8"}}}};
+  EXPECT_EQ(vatic::cli::show_info(show),
+            "  Model\n"
+            "    architecture        gemma4\n"
+            "    parameters          14.2M\n"
+            "    context length      2048\n"
+            "    embedding length    256\n"
+            "    quantization        bfloat16\n"
+            "\n"
+            "  Draft\n"
+            "    architecture    gemma4_assistant\n"
+            "    parameters      1.2M\n"
+            "    quantization    int8\n"
+            "\n"
+            "  Capabilities\n"
+            "    completion\n"
+            "\n"
+            "  Parameters\n"
+            "    temperature    1\n"
+            "    stop           \"<eos>\"\n"
+            "\n");
+  EXPECT_TRUE(vatic::cli::has_chat_format(show));
+  EXPECT_FALSE(vatic::cli::has_chat_format({{"renderer", ""}, {"template", ""}}));
+  EXPECT_TRUE(vatic::cli::has_chat_format({{"renderer", ""}, {"template", "{{ .System }} {{ .Prompt }}"}}));
 }
 
 TEST(ClientAddress, ParsesVaticHost) {

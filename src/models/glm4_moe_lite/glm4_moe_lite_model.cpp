@@ -1,0 +1,343 @@
+#include "models/glm4_moe_lite/glm4_moe_lite_model.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <numeric>
+
+#include "models/weights.h"
+#include "ops/ops.h"
+#include "quant/format.h"
+#include "quant/quantize.h"
+
+namespace vatic {
+
+namespace {
+
+// q_a_layernorm / kv_a_layernorm are built without an eps in transformers: its default 1e-6 applies.
+constexpr float kLoraNormEps = 1e-6f;
+
+// A stacked [E, out, in] weight stored under WNAME (which may end in ".weight"; quantized scales/biases then sit
+// under the name without that suffix, as the store writes them).
+Linear load_stacked_weight(const TensorStore& ts, const std::string& wname, int64_t E, int64_t out, int64_t in) {
+  const std::string base = quant_base_name(wname);
+  Linear l;
+  if (ts.has(base + ".scales")) {
+    QuantSpec q = quant_spec_of(ts, wname);
+    l.weight = ts.require(wname, {E, out, in * q.bits / 32});
+    l.scales = ts.require(base + ".scales", {E, out, in / q.group_size});
+    l.biases = ts.require(base + ".biases", {E, out, in / q.group_size});
+    l.bits = q.bits;
+    l.group = q.group_size;
+  } else {
+    l.weight = ts.require(wname, {E, out, in});
+  }
+  return l;
+}
+
+// Dense transposes of W_UK[h] (rows h·(nope+v) .. h·(nope+v)+nope of kv_b) for every head: [nh, kv_lora, nope].
+// Computed as I · W_UK[h]ᵀ through the device's matmul, so quantized kv_b works the same as dense.
+Linear absorbed_uk(const Linear& kv_b, int64_t nh, int64_t nope, int64_t v, int64_t kv_lora) {
+  std::vector<float> eye(static_cast<size_t>(kv_lora * kv_lora), 0.0f);
+  for (int64_t i = 0; i < kv_lora; i++) eye[static_cast<size_t>(i * kv_lora + i)] = 1.0f;
+  Tensor I = ops::floats(eye, kv_b.weight.device()).reshape({kv_lora, kv_lora});
+  // Dense bf16/f16 weights transpose exactly in their own dtype; dequantized ones are kept in f32.
+  const DType dt = kv_b.quantized() ? DType::F32 : kv_b.weight.dtype();
+  Linear out;
+  out.weight = ops::empty_like(I, {nh, kv_lora, nope}, dt);
+  for (int64_t h = 0; h < nh; h++) {
+    Tensor t = ops::matmul(I, kv_b.rows(h * (nope + v), h * (nope + v) + nope));  // [kv_lora, nope]
+    ops::copy_into(t, out.weight.select(0, h));
+  }
+  return out;
+}
+
+}  // namespace
+
+Glm4MoeLiteModel::Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<const TensorStore> weights)
+    : cfg_(std::move(config)), weights_(std::move(weights)) {
+  const TensorStore& ts = *weights_;
+  const std::string& P = cfg_.tensor_prefix;
+  const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
+  embed_tokens_ = ts.require(P + "embed_tokens.weight", {V, H});
+  if (cfg_.tie_word_embeddings && !ts.has("lm_head.weight"))
+    lm_head_.weight = embed_tokens_;
+  else
+    lm_head_ = load_linear(ts, "lm_head", V, H);
+  final_norm_ = load_f32(ts, P + "norm.weight", {H});
+
+  const int rope = cfg_.qk_rope_head_dim;
+  std::vector<float> f(static_cast<size_t>(rope / 2));
+  for (int i = 0; i < rope / 2; i++)
+    f[static_cast<size_t>(i)] =
+        1.0f / std::pow(static_cast<float>(cfg_.rope_theta), static_cast<float>(2 * i) / static_cast<float>(rope));
+  inv_freq_ = ops::floats(f);
+
+  layers_.reserve(static_cast<size_t>(cfg_.num_layers));
+  for (int i = 0; i < cfg_.num_layers; i++) {
+    layers_.push_back(load_layer(cfg_.layer_prefix(i)));
+    VATIC_CHECK(layers_.back().ffn.moe == cfg_.is_moe(i), "{}: layer {} is {} in config.json but its tensors are {}",
+                cfg_.source.string(), i, cfg_.is_moe(i) ? "sparse" : "dense", layers_.back().ffn.moe ? "MoE" : "dense");
+  }
+
+  info_.architecture = architecture_name(Architecture::Glm4MoeLiteForCausalLM);
+  info_.vocab_size = V;
+  info_.hidden_size = H;
+  info_.context_length = cfg_.max_position_embeddings;
+  for (auto e : cfg_.eos_token_ids) info_.eos_ids.push_back(static_cast<int32_t>(e));
+  info_.bos_id = cfg_.bos_token_id ? static_cast<int32_t>(*cfg_.bos_token_id) : -1;
+  bool quantized = false;
+  for (const auto& name : ts.names()) {
+    // Count the main model only: the MTP layers (model.layers.L.. for L >= num_hidden_layers) belong to the drafter.
+    const std::string lp = P + "layers.";
+    if (name.rfind(lp, 0) == 0 && std::atoi(name.c_str() + lp.size()) >= cfg_.num_layers) continue;
+    Tensor t = ts.get(name);
+    info_.weight_bytes += t.nbytes();
+    if (name.ends_with(".scales") || name.ends_with(".biases")) {
+      quantized = true;
+      continue;
+    }
+    // Packed U32 weights: bits per element from the quantization metadata.
+    if (t.dtype() == DType::U32 && ts.has(quant_base_name(name) + ".scales"))
+      info_.parameter_count += t.numel() * 32 / quant_spec_of(ts, name).bits;
+    else
+      info_.parameter_count += t.numel();
+  }
+  // Latent c [kv_lora] + rotary key [rope] per token and layer, f32.
+  info_.kv_bytes_per_token =
+      static_cast<size_t>(cfg_.num_layers) * static_cast<size_t>(cfg_.kv_lora_rank + cfg_.qk_rope_head_dim) * 4;
+  info_.quantization = quantized ? "quantized" : dtype_name(embed_tokens_.dtype());
+  std::transform(info_.quantization.begin(), info_.quantization.end(), info_.quantization.begin(),
+                 [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+}
+
+Glm4LayerWeights Glm4MoeLiteModel::load_layer(const std::string& p) const {
+  const TensorStore& ts = *weights_;
+  const int64_t H = cfg_.hidden_size, nh = cfg_.num_attention_heads, nope = cfg_.qk_nope_head_dim,
+                rope = cfg_.qk_rope_head_dim, v = cfg_.v_head_dim, kvl = cfg_.kv_lora_rank, dqk = nope + rope;
+  Glm4LayerWeights l;
+  l.input_ln = load_f32(ts, p + "input_layernorm.weight", {H});
+  l.post_attn_ln = load_f32(ts, p + "post_attention_layernorm.weight", {H});
+  auto& a = l.attn;
+  const std::string s = p + "self_attn.";
+  if (cfg_.q_lora_rank) {
+    const int64_t ql = *cfg_.q_lora_rank;
+    a.q_a = load_linear(ts, s + "q_a_proj", ql, H);
+    a.q_a_norm = load_f32(ts, s + "q_a_layernorm.weight", {ql});
+    a.q_b = load_linear(ts, s + "q_b_proj", nh * dqk, ql);
+  } else {
+    a.q = load_linear(ts, s + "q_proj", nh * dqk, H);
+  }
+  a.kv_a = load_linear(ts, s + "kv_a_proj_with_mqa", kvl + rope, H);
+  a.kv_a_norm = load_f32(ts, s + "kv_a_layernorm.weight", {kvl});
+  a.kv_b = load_linear(ts, s + "kv_b_proj", nh * (nope + v), kvl);
+  a.uk_t = absorbed_uk(a.kv_b, nh, nope, v, kvl);
+  a.o = load_linear(ts, s + "o_proj", H, nh * v);
+
+  auto& f = l.ffn;
+  const std::string m = p + "mlp.";
+  f.moe = ts.has(m + "gate.weight");
+  if (!f.moe) {
+    const int64_t I = cfg_.intermediate_size;
+    f.gate = load_linear(ts, m + "gate_proj", I, H);
+    f.up = load_linear(ts, m + "up_proj", I, H);
+    f.down = load_linear(ts, m + "down_proj", H, I);
+    return l;
+  }
+  const int64_t E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
+  f.router = load_linear(ts, m + "gate", E, H);
+  f.score_bias = ops::to_vector(ts.require(m + "gate.e_score_correction_bias", {E}));
+  if (cfg_.n_shared_experts > 0) {
+    const int64_t S = I * cfg_.n_shared_experts;
+    f.gate = load_linear(ts, m + "shared_experts.gate_proj", S, H);
+    f.up = load_linear(ts, m + "shared_experts.up_proj", S, H);
+    f.down = load_linear(ts, m + "shared_experts.down_proj", H, S);
+  }
+  const std::string e = m + "experts.";
+  f.exp_gate.resize(static_cast<size_t>(E));
+  f.exp_up.resize(static_cast<size_t>(E));
+  f.exp_down.resize(static_cast<size_t>(E));
+  if (ts.has(e + "gate_up_proj") || ts.has(e + "gate_up_proj.weight")) {
+    // Fused (transformers v5): gate_up_proj [E, 2I, H], down_proj [E, H, I].
+    const std::string gu = ts.has(e + "gate_up_proj") ? e + "gate_up_proj" : e + "gate_up_proj.weight";
+    const std::string dn = ts.has(e + "down_proj") ? e + "down_proj" : e + "down_proj.weight";
+    Linear gate_up = load_stacked_weight(ts, gu, E, 2 * I, H), down = load_stacked_weight(ts, dn, E, H, I);
+    for (int64_t x = 0; x < E; x++) {
+      Linear g = gate_up.select(x);
+      f.exp_gate[x] = g.rows(0, I);
+      f.exp_up[x] = g.rows(I, 2 * I);
+      f.exp_down[x] = down.select(x);
+    }
+  } else if (ts.has(e + "gate_proj.weight")) {
+    // Stacked per projection (the store's layout for quantized GLM experts): [E, I, H], [E, I, H], [E, H, I].
+    Linear g = load_stacked_weight(ts, e + "gate_proj.weight", E, I, H);
+    Linear u = load_stacked_weight(ts, e + "up_proj.weight", E, I, H);
+    Linear d = load_stacked_weight(ts, e + "down_proj.weight", E, H, I);
+    for (int64_t x = 0; x < E; x++) {
+      f.exp_gate[x] = g.select(x);
+      f.exp_up[x] = u.select(x);
+      f.exp_down[x] = d.select(x);
+    }
+  } else {
+    // One tensor per expert and projection (the released checkpoints).
+    for (int64_t x = 0; x < E; x++) {
+      const std::string q = e + std::to_string(x) + ".";
+      f.exp_gate[x] = load_linear(ts, q + "gate_proj", I, H);
+      f.exp_up[x] = load_linear(ts, q + "up_proj", I, H);
+      f.exp_down[x] = load_linear(ts, q + "down_proj", H, I);
+    }
+  }
+  return l;
+}
+
+std::unique_ptr<SequenceState> Glm4MoeLiteModel::new_state() const {
+  auto st = std::make_unique<KvState>();
+  for (int i = 0; i < cfg_.num_layers; i++)
+    st->caches.emplace_back(
+        std::make_unique<FullKvCache>(1, cfg_.kv_lora_rank + cfg_.qk_rope_head_dim, 0, Device::CPU));
+  return st;
+}
+
+Tensor Glm4MoeLiteModel::rms(const Tensor& x, const Tensor& w) const {
+  return ops::rms_norm(x, w, static_cast<float>(cfg_.rms_norm_eps));
+}
+
+Tensor Glm4MoeLiteModel::attention(const Glm4MlaWeights& a, const Tensor& x, const Tensor& rope_pos,
+                                   const Tensor& slot_pos, KvCache& cache) const {
+  const int64_t T = x.dim(0), nh = cfg_.num_attention_heads, nope = cfg_.qk_nope_head_dim,
+                rope = cfg_.qk_rope_head_dim, v = cfg_.v_head_dim, kvl = cfg_.kv_lora_rank, dqk = nope + rope;
+  const bool il = cfg_.rope_interleave;
+  // Queries [T, nh, nope + rope].
+  Tensor q = a.q_a.defined() ? ops::matmul(ops::rms_norm(ops::matmul(x, a.q_a), a.q_a_norm, kLoraNormEps), a.q_b)
+                             : ops::matmul(x, a.q);
+  q = q.reshape({T, nh, dqk});
+  ops::rope_inplace(q.slice(2, nope, dqk), rope_pos, inv_freq_, il);
+
+  // The cache entry of each token: [normed latent c | roped shared key].
+  Tensor ckv = ops::matmul(x, a.kv_a);  // [T, kvl + rope]
+  Tensor entry = ops::empty_like(ckv, {T, 1, kvl + rope});
+  ops::copy_into(ops::rms_norm(ckv.slice(1, 0, kvl), a.kv_a_norm, kLoraNormEps), entry.select(1, 0).slice(1, 0, kvl));
+  ops::copy_into(ckv.slice(1, kvl, kvl + rope), entry.select(1, 0).slice(1, kvl, kvl + rope));
+  ops::rope_inplace(entry.slice(2, kvl, kvl + rope), rope_pos, inv_freq_, il);
+  cache.append(entry, ops::empty_like(ckv, {T, 1, 0}));
+
+  // Absorbed queries [T, nh, kvl + rope]: W_UK[h]ᵀ q_nope_h beside q_rot_h.
+  Tensor qa = ops::empty_like(q, {T, nh, kvl + rope});
+  for (int64_t h = 0; h < nh; h++) {
+    Tensor qh = q.select(1, h);  // [T, dqk], rows strided
+    ops::copy_into(ops::matmul(qh.slice(1, 0, nope), a.uk_t.select(h)), qa.select(1, h).slice(1, 0, kvl));
+    ops::copy_into(qh.slice(1, nope, dqk), qa.select(1, h).slice(1, kvl, kvl + rope));
+  }
+  Tensor keys = cache.keys();  // [S, 1, kvl + rope]
+  AttentionParams ap;
+  ap.scale = static_cast<float>(cfg_.attention_scale());
+  Tensor lat = ops::attention(qa, keys, keys.slice(2, 0, kvl), slot_pos, cache.positions(), ap);  // [T, nh, kvl]
+
+  // Per head W_UV[h] · latent, then o_proj.
+  Tensor heads = ops::empty_like(lat, {T, nh * v});
+  for (int64_t h = 0; h < nh; h++) {
+    Linear uv = a.kv_b.rows(h * (nope + v) + nope, (h + 1) * (nope + v));
+    ops::copy_into(ops::matmul(lat.select(1, h), uv), heads.slice(1, h * v, (h + 1) * v));
+  }
+  return ops::matmul(heads, a.o);
+}
+
+Tensor Glm4MoeLiteModel::ffn(const Glm4FfnWeights& f, const Tensor& x) const {
+  auto mlp = [](const Linear& g, const Linear& u, const Linear& d, const Tensor& y) {
+    return ops::matmul(ops::gated(Unary::Silu, ops::matmul(y, g), ops::matmul(y, u)), d);
+  };
+  if (!f.moe) return mlp(f.gate, f.up, f.down, x);
+
+  const int64_t T = x.dim(0), H = cfg_.hidden_size;
+  const int E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok, G = cfg_.n_group, TG = cfg_.topk_group;
+  const int per_group = E / G;
+  // Router in f32 (the input is f32 and the matmul accumulates in f32); the decisions are made on the host.
+  std::vector<float> s = ops::to_vector(ops::unary(Unary::Sigmoid, ops::matmul(x, f.router)));
+  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(static_cast<size_t>(E));
+  std::vector<float> choice(static_cast<size_t>(E));
+  std::vector<int> order(static_cast<size_t>(E)), gorder(static_cast<size_t>(G));
+  std::vector<float> gscore(static_cast<size_t>(G));
+  const float ninf = -std::numeric_limits<float>::infinity();
+  for (int64_t t = 0; t < T; t++) {
+    const float* st = s.data() + t * E;
+    for (int e = 0; e < E; e++) choice[e] = st[e] + f.score_bias[e];
+    if (G > 1 && TG < G) {
+      // Group score: sum of the two best biased scores of the group; keep the topk_group best groups.
+      for (int g = 0; g < G; g++) {
+        float b1 = ninf, b2 = ninf;
+        for (int e = g * per_group; e < (g + 1) * per_group; e++) {
+          if (choice[e] > b1) {
+            b2 = b1;
+            b1 = choice[e];
+          } else if (choice[e] > b2) {
+            b2 = choice[e];
+          }
+        }
+        gscore[g] = per_group >= 2 ? b1 + b2 : b1;
+      }
+      std::iota(gorder.begin(), gorder.end(), 0);
+      std::stable_sort(gorder.begin(), gorder.end(), [&](int i, int j) { return gscore[i] > gscore[j]; });
+      for (int r = TG; r < G; r++)
+        for (int e = gorder[r] * per_group; e < (gorder[r] + 1) * per_group; e++) choice[e] = ninf;
+    }
+    // Selection by the biased score (ties to the lower index), weights from the unbiased sigmoid.
+    std::iota(order.begin(), order.end(), 0);
+    std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                      [&](int i, int j) { return choice[i] > choice[j] || (choice[i] == choice[j] && i < j); });
+    float sum = 0;
+    for (int j = 0; j < K; j++) sum += st[order[j]];
+    const float norm = cfg_.norm_topk_prob ? 1.0f / (sum + 1e-20f) : 1.0f;
+    for (int j = 0; j < K; j++)
+      by_expert[order[j]].push_back({t, st[order[j]] * norm * static_cast<float>(cfg_.routed_scaling_factor)});
+  }
+
+  Tensor out = ops::zeros({T, H}, x.device());
+  for (int e = 0; e < E; e++) {
+    const auto& rows = by_expert[e];
+    if (rows.empty()) continue;
+    const int64_t n = static_cast<int64_t>(rows.size());
+    Tensor xe = x;
+    if (n != T) {
+      xe = ops::zeros({n, H}, x.device());
+      for (int64_t j = 0; j < n; j++)
+        ops::copy_into(x.slice(0, rows[j].first, rows[j].first + 1), xe.slice(0, j, j + 1));
+    }
+    Tensor y = mlp(f.exp_gate[e], f.exp_up[e], f.exp_down[e], xe);
+    for (int64_t j = 0; j < n; j++)
+      ops::add_inplace(out.slice(0, rows[j].first, rows[j].first + 1),
+                       ops::scale(y.slice(0, j, j + 1), rows[j].second));
+  }
+  if (f.gate.defined()) ops::add_inplace(out, mlp(f.gate, f.up, f.down, x));
+  return out;
+}
+
+Tensor Glm4MoeLiteModel::layer_forward(const Glm4LayerWeights& l, const Tensor& x, const Tensor& rope_pos,
+                                       const Tensor& slot_pos, KvCache& cache) const {
+  Tensor h = ops::add(x, attention(l.attn, rms(x, l.input_ln), rope_pos, slot_pos, cache));
+  return ops::add(h, ffn(l.ffn, rms(h, l.post_attn_ln)));
+}
+
+ForwardResult Glm4MoeLiteModel::forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
+                                        bool all_hidden) {
+  auto& st = static_cast<KvState&>(state);
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  VATIC_CHECK(T > 0, "forward over no tokens");
+  VATIC_CHECK(n_out >= 0 && n_out <= T, "forward: {} outputs requested from {} tokens", n_out, T);
+  const int64_t p0 = st.length();
+  std::vector<int32_t> pos(static_cast<size_t>(T));
+  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(p0));
+  Tensor positions = ops::ids(pos);
+
+  Tensor x = ops::embedding(embed_tokens_, ops::ids(tokens));
+  for (int i = 0; i < cfg_.num_layers; i++) x = layer_forward(layers_[i], x, positions, positions, st.cache(i));
+
+  ForwardResult r;
+  if (all_hidden) r.hidden = rms(x, final_norm_);
+  if (n_out == 0) return r;
+  Tensor h = all_hidden ? r.hidden.slice(0, T - n_out, T) : rms(x.slice(0, T - n_out, T), final_norm_);
+  if (!all_hidden) r.hidden = h;
+  r.logits = ops::matmul(h, lm_head_);
+  return r;
+}
+
+}  // namespace vatic

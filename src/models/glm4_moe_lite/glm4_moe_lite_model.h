@@ -1,0 +1,83 @@
+#pragma once
+// GLM4-MoE-Lite (GLM-4.7-Flash): DeepSeek-style MLA attention over a compressed latent cache, sigmoid-routed MoE
+// with a shared expert, untied head. See docs/model-architectures.md §3 for the equations.
+//
+// The cache keeps, per token and layer, only the normed latent c [kv_lora] and the roped shared key k_rot [rope]
+// (one FullKvCache of 1 head × (kv_lora + rope) and no value part). Attention runs in the absorbed form:
+// q̃_h = W_UK[h]ᵀ q_nope_h, scores over [q̃_h | q_rot_h] · [c | k_rot] with every head sharing the single KV head, and
+// W_UV[h] applied to the weighted sum of latents.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/linear.h"
+#include "formats/model_config.h"
+#include "formats/safetensors.h"
+#include "models/kv_state.h"
+#include "models/model.h"
+
+namespace vatic {
+
+struct Glm4MlaWeights {
+  Linear q_a, q_b;   // q LoRA (q_lora_rank set)
+  Tensor q_a_norm;   // F32 [q_lora]
+  Linear q;          // plain q_proj (q_lora_rank null)
+  Linear kv_a;       // [kv_lora + rope, H]
+  Tensor kv_a_norm;  // F32 [kv_lora]
+  Linear kv_b;       // [nh * (nope + v), kv_lora]: per head W_UK [nope rows] then W_UV [v rows]
+  Linear uk_t;       // [nh, kv_lora, nope]: W_UK[h]ᵀ per head (dense), for the absorbed queries
+  Linear o;          // [H, nh * v]
+};
+
+struct Glm4FfnWeights {
+  bool moe = false;
+  Linear gate, up, down;                        // dense MLP, or the shared expert(s) of a MoE layer
+  Linear router;                                // [E, H]
+  std::vector<float> score_bias;                // e_score_correction_bias [E]
+  std::vector<Linear> exp_gate, exp_up, exp_down;  // per routed expert (views of whichever layout was stored)
+};
+
+struct Glm4LayerWeights {
+  Tensor input_ln, post_attn_ln;  // F32 [H]
+  Glm4MlaWeights attn;
+  Glm4FfnWeights ffn;
+};
+
+class Glm4MoeLiteModel final : public LanguageModel {
+ public:
+  Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<const TensorStore> weights);
+
+  const ModelInfo& info() const override { return info_; }
+  std::unique_ptr<SequenceState> new_state() const override;
+  ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
+                        bool all_hidden = false) override;
+
+  const Glm4MoeLiteConfig& config() const { return cfg_; }
+  const std::shared_ptr<const TensorStore>& weights() const { return weights_; }
+  const Tensor& embed_tokens() const { return embed_tokens_; }
+  const Linear& lm_head() const { return lm_head_; }
+
+  // Loads one decoder block under prefix P ("model.layers.N."); MoE when P + "mlp.gate.weight" exists.
+  Glm4LayerWeights load_layer(const std::string& prefix) const;
+  // One decoder block over x [T, H]: appends T entries to `cache`; `rope_pos` are the RoPE positions of the rows,
+  // `slot_pos` their positions for causal masking in the cache (equal for the target). Returns the new residual.
+  Tensor layer_forward(const Glm4LayerWeights& l, const Tensor& x, const Tensor& rope_pos, const Tensor& slot_pos,
+                       KvCache& cache) const;
+  Tensor rms(const Tensor& x, const Tensor& w) const;  // RMSNorm with rms_norm_eps
+
+ private:
+  Tensor attention(const Glm4MlaWeights& a, const Tensor& x, const Tensor& rope_pos, const Tensor& slot_pos,
+                   KvCache& cache) const;
+  Tensor ffn(const Glm4FfnWeights& f, const Tensor& x) const;
+
+  Glm4MoeLiteConfig cfg_;
+  std::shared_ptr<const TensorStore> weights_;
+  ModelInfo info_;
+  Tensor embed_tokens_;  // [V, H] as stored
+  Linear lm_head_;
+  Tensor final_norm_;
+  Tensor inv_freq_;      // F32 [rope / 2]
+  std::vector<Glm4LayerWeights> layers_;
+};
+
+}  // namespace vatic

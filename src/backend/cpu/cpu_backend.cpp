@@ -137,42 +137,45 @@ class CpuBackend final : public Backend {
     const float* X = x.data<float>();
     float* Y = y.data<float>();
     const auto& k = kernels();
-    // Token blocks keep x in cache while the weight rows stream; weight rows are split across threads.
+    if (wt == DType::BF16 || wt == DType::F32) {
+      cpu::GemmArgs a;
+      a.x = X;
+      a.ldx = ldx;
+      a.T = T;
+      a.w = w.weight.raw();
+      a.ldw = ldw;
+      a.K = K;
+      a.y = Y;
+      a.ldy = ldy;
+      a.accumulate = accumulate;
+      auto fn = wt == DType::BF16 ? k.gemm_bf16 : k.gemm_f32;
+      parallel_rows(N, N * K * T, [&](int64_t n0, int64_t n1) { fn(a, n0, n1); });
+      return;
+    }
+    // Other weight dtypes (F16, F8): convert one row at a time, then the dot kernels.
     const int64_t TB = 64;
     for (int64_t t0 = 0; t0 < T; t0 += TB) {
       const int64_t t1 = std::min(T, t0 + TB);
       const bool big = N * K * (t1 - t0) > (1 << 16);
 #pragma omp parallel if (big)
       {
-        std::vector<float> wrow;
-        if (wt != DType::BF16 && wt != DType::F32) wrow.resize(K);
+        std::vector<float> wrow(K);
 #pragma omp for schedule(static)
         for (int64_t n = 0; n < N; n++) {
           const uint8_t* wp = static_cast<const uint8_t*>(w.weight.raw()) + n * ldw * dtype_size(wt);
-          const float* wf = nullptr;
-          const uint16_t* wb = nullptr;
-          if (wt == DType::BF16) {
-            wb = reinterpret_cast<const uint16_t*>(wp);
-          } else if (wt == DType::F32) {
-            wf = reinterpret_cast<const float*>(wp);
-          } else {
-            for (int64_t i = 0; i < K; i++) wrow[i] = load_scalar(w.weight, wp + i * dtype_size(wt));
-            wf = wrow.data();
-          }
+          for (int64_t i = 0; i < K; i++) wrow[i] = load_scalar(w.weight, wp + i * dtype_size(wt));
+          const float* wf = wrow.data();
           int64_t t = t0;
           float r4[4];
           for (; t + 4 <= t1; t += 4) {
-            if (wb)
-              k.dot4_bf16(X + t * ldx, ldx, wb, K, r4);
-            else
-              k.dot4_f32(X + t * ldx, ldx, wf, K, r4);
+            k.dot4_f32(X + t * ldx, ldx, wf, K, r4);
             for (int r = 0; r < 4; r++) {
               float& out = Y[(t + r) * ldy + n];
               out = accumulate ? out + r4[r] : r4[r];
             }
           }
           for (; t < t1; t++) {
-            float v = wb ? k.dot_bf16(X + t * ldx, wb, K) : k.dot_f32(X + t * ldx, wf, K);
+            float v = k.dot_f32(X + t * ldx, wf, K);
             float& out = Y[t * ldy + n];
             out = accumulate ? out + v : v;
           }
@@ -181,13 +184,64 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // Reference path: dequantize each weight row once per token block. Optimised kernels live in quant/.
+  // Splits output rows [0, N) into one contiguous range per thread (multiples of 16 rows, so tiles stay whole).
+  template <typename F>
+  static void parallel_rows(int64_t N, int64_t work, F&& f) {
+    constexpr int64_t kAlign = 16;
+    int nt = work > (1 << 16) ? omp_get_max_threads() : 1;
+    nt = static_cast<int>(std::min<int64_t>(nt, (N + kAlign - 1) / kAlign));
+    if (nt <= 1) {
+      f(int64_t{0}, N);
+      return;
+    }
+#pragma omp parallel num_threads(nt)
+    {
+      const int64_t id = omp_get_thread_num(), n = omp_get_num_threads();
+      const int64_t chunk = ((N + n - 1) / n + kAlign - 1) / kAlign * kAlign;
+      const int64_t n0 = std::min(N, id * chunk), n1 = std::min(N, n0 + chunk);
+      if (n0 < n1) f(n0, n1);
+    }
+  }
+
+  // Group-wise affine quantized weights: int8 / int4 kernels that dequantize in registers (see gemm_impl.h), or
+  // the reference path (dequantize each row, then f32 dots) for layouts they do not take.
   void matmul_quantized(const Tensor& x, const Linear& w, const Tensor& y, bool accumulate) {
     const int64_t T = x.dim(0), K = x.dim(1), N = w.out_features();
     const int64_t ldx = x.stride(0), ldy = y.stride(0);
     const float* X = x.data<float>();
     float* Y = y.data<float>();
     const auto& k = kernels();
+    const bool fast = (w.bits == 8 || w.bits == 4) && w.group % 32 == 0 && K % w.group == 0 &&
+                      w.weight.dtype() == DType::U32 && w.weight.stride(-1) == 1 &&
+                      w.scales.dtype() == DType::BF16 && w.biases.dtype() == DType::BF16 &&
+                      w.scales.stride(-1) == 1 && w.biases.stride(-1) == 1 &&
+                      w.scales.stride(-2) == w.biases.stride(-2);
+    if (fast) {
+      cpu::QGemmArgs a;
+      a.x = X;
+      a.ldx = ldx;
+      thread_local std::vector<float> permuted;
+      if (w.bits == 4) {
+        permuted.resize(static_cast<size_t>(T * K));
+        cpu::permute_int4_activations(X, ldx, T, K, permuted.data());
+        a.x = permuted.data();
+        a.ldx = K;
+      }
+      a.T = T;
+      a.q = static_cast<const uint8_t*>(w.weight.raw());
+      a.ldq = w.weight.stride(-2) * 4;
+      a.scales = static_cast<const uint16_t*>(w.scales.raw());
+      a.biases = static_cast<const uint16_t*>(w.biases.raw());
+      a.lds = w.scales.stride(-2);
+      a.bits = w.bits;
+      a.group = w.group;
+      a.K = K;
+      a.y = Y;
+      a.ldy = ldy;
+      a.accumulate = accumulate;
+      parallel_rows(N, N * K * T, [&](int64_t n0, int64_t n1) { k.qgemm(a, n0, n1); });
+      return;
+    }
 #pragma omp parallel if (N * K * T > (1 << 16))
     {
       std::vector<float> wrow(K);

@@ -5,6 +5,11 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 namespace vatic::cpu {
 namespace {
 
@@ -189,22 +194,93 @@ AVX512 void axpy_avx512(float a, const float* x, float* y, int64_t n) {
   }
 }
 
-Kernels pick() {
+bool cpu_has_avx512() {
   __builtin_cpu_init();
-  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
-    return {"avx512", dot_f32_avx512, dot_bf16_avx512, dot4_bf16_avx512, dot4_f32_avx512, axpy_avx512};
+  return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl");
+}
+bool cpu_has_avx2() {
+  __builtin_cpu_init();
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+}
+
+Kernels make(const std::string& isa) {
+  Kernels k{};
+  if (isa == "avx512") {
+    k = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot4_bf16_avx512, dot4_f32_avx512, axpy_avx512,
+         nullptr, nullptr, nullptr};
+    fill_gemm_avx512(k);
+  } else if (isa == "avx2") {
+    k = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot4_bf16_avx2, dot4_f32_avx2, axpy_avx2, nullptr, nullptr, nullptr};
+    fill_gemm_avx2(k);
+  } else {
+    k = {"generic", dot_f32_generic, dot_bf16_generic, dot4_bf16_generic, dot4_f32_generic, axpy_generic,
+         nullptr, nullptr, nullptr};
+    fill_gemm_generic(k);
   }
-  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
-    return {"avx2", dot_f32_avx2, dot_bf16_avx2, dot4_bf16_avx2, dot4_f32_avx2, axpy_avx2};
-  }
-  return {"generic", dot_f32_generic, dot_bf16_generic, dot4_bf16_generic, dot4_f32_generic, axpy_generic};
+  return k;
+}
+
+bool supported(const std::string& isa) {
+  if (isa == "generic") return true;
+  if (isa == "avx2") return cpu_has_avx2();
+  if (isa == "avx512") return cpu_has_avx512();
+  return false;
+}
+
+// One table per ISA, built once; `current` points at the active one.
+const Kernels* table(const std::string& isa) {
+  static const Kernels g = make("generic");
+  static const Kernels a2 = supported("avx2") ? make("avx2") : g;
+  static const Kernels a5 = supported("avx512") ? make("avx512") : a2;
+  if (isa == "avx512") return &a5;
+  if (isa == "avx2") return &a2;
+  return &g;
+}
+
+std::atomic<const Kernels*>& current() {
+  static std::atomic<const Kernels*> k{[] {
+    std::string best = cpu_has_avx512() ? "avx512" : cpu_has_avx2() ? "avx2" : "generic";
+    if (const char* env = std::getenv("VATIC_CPU_ISA"); env && *env) {
+      if (supported(env)) {
+        best = env;
+      } else {
+        std::fprintf(stderr, "VATIC_CPU_ISA=%s is not supported here (available: generic%s%s); using %s\n", env,
+                     cpu_has_avx2() ? ", avx2" : "", cpu_has_avx512() ? ", avx512" : "", best.c_str());
+      }
+    }
+    return table(best);
+  }()};
+  return k;
 }
 
 }  // namespace
 
-const Kernels& kernels() {
-  static const Kernels k = pick();
-  return k;
+const Kernels& kernels() { return *current().load(std::memory_order_acquire); }
+
+std::vector<std::string> available_isas() {
+  std::vector<std::string> out{"generic"};
+  if (supported("avx2")) out.push_back("avx2");
+  if (supported("avx512")) out.push_back("avx512");
+  return out;
+}
+
+bool set_isa(const std::string& name) {
+  if (!supported(name)) return false;
+  current().store(table(name), std::memory_order_release);
+  return true;
+}
+
+void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out) {
+  for (int64_t t = 0; t < T; t++) {
+    const float* xr = x + t * ldx;
+    float* o = out + t * K;
+    for (int64_t c = 0; c + 32 <= K; c += 32)
+      for (int j = 0; j < 16; j++) {
+        o[c + j] = xr[c + 2 * j];
+        o[c + 16 + j] = xr[c + 2 * j + 1];
+      }
+  }
 }
 
 }  // namespace vatic::cpu

@@ -1,8 +1,46 @@
 #pragma once
 // Inner loops of the CPU backend, compiled for several instruction sets and chosen once at run time.
+//
+// The instruction set is picked at first use: the best the CPU supports, or the one named by the environment
+// variable VATIC_CPU_ISA (generic | avx2 | avx512) when the CPU supports it. Tests switch it with set_isa().
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace vatic::cpu {
+
+// A dense weight block for gemm: y[t, n] (+)= Σ_k x[t, k] · w[n, k] over rows n0 <= n < n1 and all T tokens.
+struct GemmArgs {
+  const float* x = nullptr;  // [T, K], row stride ldx
+  int64_t ldx = 0;
+  int64_t T = 0;
+  const void* w = nullptr;   // [N, K] BF16 (uint16_t) or F32, row stride ldw (elements)
+  int64_t ldw = 0;
+  int64_t K = 0;
+  float* y = nullptr;        // [T, N], row stride ldy
+  int64_t ldy = 0;
+  bool accumulate = false;
+};
+
+// A group-wise affine quantized weight block (w = s·q + b per group of `group` inputs, q packed little-endian).
+// For bits == 4, x must be in the int4 order produced by permute_int4_activations (within each 32-input chunk,
+// the 16 even inputs, then the 16 odd ones): it matches how two nibbles share a byte.
+struct QGemmArgs {
+  const float* x = nullptr;  // [T, K], row stride ldx
+  int64_t ldx = 0;
+  int64_t T = 0;
+  const uint8_t* q = nullptr;  // packed rows, row stride ldq bytes
+  int64_t ldq = 0;
+  const uint16_t* scales = nullptr;  // BF16 [N, K/group], row stride lds elements
+  const uint16_t* biases = nullptr;
+  int64_t lds = 0;
+  int bits = 8;   // 8 or 4
+  int group = 64; // a multiple of 32
+  int64_t K = 0;  // a multiple of group
+  float* y = nullptr;
+  int64_t ldy = 0;
+  bool accumulate = false;
+};
 
 struct Kernels {
   const char* isa;
@@ -14,8 +52,26 @@ struct Kernels {
   void (*dot4_f32)(const float* x, int64_t ldx, const float* w, int64_t n, float* y);
   // y[i] += a * x[i]
   void (*axpy)(float a, const float* x, float* y, int64_t n);
+  // Register-tiled matmul over weight rows [n0, n1), single-threaded (the backend splits rows across threads).
+  // f32 accumulation of f32 activations times weights converted (bf16) or dequantized (int8/int4) in registers.
+  void (*gemm_bf16)(const GemmArgs& a, int64_t n0, int64_t n1);
+  void (*gemm_f32)(const GemmArgs& a, int64_t n0, int64_t n1);
+  void (*qgemm)(const QGemmArgs& a, int64_t n0, int64_t n1);
 };
 
 const Kernels& kernels();
+
+// Instruction sets: "generic", "avx2", "avx512".
+std::vector<std::string> available_isas();  // those this CPU runs, worst first
+// Switches the kernels (tests, benchmarks). Returns false, changing nothing, for an unknown or unsupported name.
+bool set_isa(const std::string& name);
+
+// x [T, K] (row stride ldx) -> out [T, K] contiguous, each 32-input chunk reordered to (even inputs, odd inputs).
+void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out);
+
+// Per-ISA tables (simd.cpp, gemm_*.cpp).
+void fill_gemm_generic(Kernels& k);
+void fill_gemm_avx2(Kernels& k);
+void fill_gemm_avx512(Kernels& k);
 
 }  // namespace vatic::cpu

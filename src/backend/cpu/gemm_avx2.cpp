@@ -1,0 +1,52 @@
+// AVX2 + FMA instantiation of the tiled matmul kernels (8 lanes, 16 registers: 4 rows × 2 tokens per tile).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cpu/simd.h"
+
+#pragma GCC target("avx2,fma")
+
+namespace vatic::cpu {
+namespace {
+
+struct V {
+  using vec = __m256;
+  static constexpr int W = 8, NR = 4, TR_DENSE = 2, TR_QUANT = 2;
+  static vec zero() { return _mm256_setzero_ps(); }
+  static vec set1(float f) { return _mm256_set1_ps(f); }
+  static vec loadx(const float* p) { return _mm256_loadu_ps(p); }
+  static vec load_w(const float* p) { return _mm256_loadu_ps(p); }
+  static vec load_w(const uint16_t* p) {
+    __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
+  }
+  static vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+  static float reduce(vec v) {
+    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
+    lo = _mm_add_ps(lo, hi);
+    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+    return _mm_cvtss_f32(lo);
+  }
+  static __m256i bytes(const uint8_t* p) {
+    return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));
+  }
+  static vec q8(const uint8_t* p) { return _mm256_cvtepi32_ps(bytes(p)); }
+  static vec q4lo(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_and_si256(bytes(p), _mm256_set1_epi32(15))); }
+  static vec q4hi(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes(p), 4)); }
+};
+
+#include "backend/cpu/gemm_impl.h"
+
+}  // namespace
+
+void fill_gemm_avx2(Kernels& k) {
+  k.gemm_bf16 = gemm_bf16;
+  k.gemm_f32 = gemm_f32;
+  k.qgemm = qgemm;
+}
+
+}  // namespace vatic::cpu

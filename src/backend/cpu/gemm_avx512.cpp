@@ -1,0 +1,50 @@
+// AVX-512 instantiation of the tiled matmul kernels (16 lanes, 32 registers: 4 rows × 6 tokens per dense tile,
+// 4 × 4 per quantized tile, whose scales and biases take 8 more registers).
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cpu/simd.h"
+
+// GCC 12 reports false "uninitialized" warnings inside its own AVX-512 reduction intrinsics.
+#pragma GCC diagnostic ignored "-Wuninitialized"
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#pragma GCC target("avx512f,avx512bw,avx512vl,fma")
+
+namespace vatic::cpu {
+namespace {
+
+struct V {
+  using vec = __m512;
+  static constexpr int W = 16, NR = 4, TR_DENSE = 6, TR_QUANT = 4;
+  static vec zero() { return _mm512_setzero_ps(); }
+  static vec set1(float f) { return _mm512_set1_ps(f); }
+  static vec loadx(const float* p) { return _mm512_loadu_ps(p); }
+  static vec load_w(const float* p) { return _mm512_loadu_ps(p); }
+  static vec load_w(const uint16_t* p) {
+    __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
+  }
+  static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+  static float reduce(vec v) { return _mm512_reduce_add_ps(v); }
+  static __m512i bytes(const uint8_t* p) {
+    return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  }
+  static vec q8(const uint8_t* p) { return _mm512_cvtepi32_ps(bytes(p)); }
+  static vec q4lo(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_and_si512(bytes(p), _mm512_set1_epi32(15))); }
+  static vec q4hi(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes(p), 4)); }
+};
+
+#include "backend/cpu/gemm_impl.h"
+
+}  // namespace
+
+void fill_gemm_avx512(Kernels& k) {
+  k.gemm_bf16 = gemm_bf16;
+  k.gemm_f32 = gemm_f32;
+  k.qgemm = qgemm;
+}
+
+}  // namespace vatic::cpu

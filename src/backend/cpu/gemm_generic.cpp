@@ -1,0 +1,42 @@
+// Portable (scalar) instantiation of the tiled matmul kernels: the reference every SIMD path is tested against
+// besides the double-precision references of tests/backend.
+#include <algorithm>
+#include <cstdint>
+#include <type_traits>
+
+#include "backend/cpu/simd.h"
+
+namespace vatic::cpu {
+namespace {
+
+struct V {
+  using vec = float;
+  static constexpr int W = 1, NR = 4, TR_DENSE = 4, TR_QUANT = 4;
+  static vec zero() { return 0.0f; }
+  static vec set1(float f) { return f; }
+  static vec loadx(const float* p) { return *p; }
+  static vec load_w(const float* p) { return *p; }
+  static vec load_w(const uint16_t* p) {
+    uint32_t u = static_cast<uint32_t>(*p) << 16;
+    float f;
+    __builtin_memcpy(&f, &u, 4);
+    return f;
+  }
+  static vec fma(vec a, vec b, vec c) { return a * b + c; }
+  static float reduce(vec v) { return v; }
+  static vec q8(const uint8_t* p) { return static_cast<float>(*p); }
+  static vec q4lo(const uint8_t* p) { return static_cast<float>(*p & 15); }
+  static vec q4hi(const uint8_t* p) { return static_cast<float>(*p >> 4); }
+};
+
+#include "backend/cpu/gemm_impl.h"
+
+}  // namespace
+
+void fill_gemm_generic(Kernels& k) {
+  k.gemm_bf16 = gemm_bf16;
+  k.gemm_f32 = gemm_f32;
+  k.qgemm = qgemm;
+}
+
+}  // namespace vatic::cpu

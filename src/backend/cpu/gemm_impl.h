@@ -1,0 +1,215 @@
+// Register-tiled matmul kernels, written once over a vector-traits type and instantiated per instruction set.
+// Included (inside an anonymous namespace) by gemm_generic.cpp, gemm_avx2.cpp and gemm_avx512.cpp after they
+// define `struct V` and select the target ISA. Not a normal header: no include guard on purpose.
+//
+// V provides: vec; W (lanes); NR (weight rows per tile); TR_DENSE / TR_QUANT (max tokens per tile);
+// zero(), set1(f), loadx(const float*), load_w(const uint16_t*) (bf16 -> f32), load_w(const float*),
+// fma(a, b, c) = a·b + c, reduce(v) (sum of lanes), q8(p) (W bytes -> W floats), q4lo(p) / q4hi(p) (low / high
+// nibbles of W bytes -> W floats).
+//
+// Tiling. A tile is NR weight rows × TR tokens: per step of W inputs it loads NR weight vectors (converted or
+// dequantized in registers) and TR activation vectors and does NR·TR FMAs into NR·TR accumulators, so a weight
+// vector is used TR times and an activation vector NR times. Decode (T = 1) streams NR rows at once; verify
+// (T = 2..9) reads each weight once for all tokens (two tiles at most); prefill blocks tokens (TB) and inputs (KB)
+// so the activation block stays in L2 while the NR-row weight tile stays in L1 across all token tiles.
+// Accumulation is f32; weights are never rounded below their stored precision and activations are not rounded.
+
+inline float bf16f(uint16_t h) {
+  uint32_t u = static_cast<uint32_t>(h) << 16;
+  float f;
+  __builtin_memcpy(&f, &u, 4);
+  return f;
+}
+inline float wval(uint16_t h) { return bf16f(h); }
+inline float wval(float f) { return f; }
+
+constexpr int64_t kTokenBlock = 64;
+constexpr int64_t kInputBlock = 1024;  // a multiple of every group size and of every W
+
+template <int NR, int TR, class WT>
+inline void dense_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t k0, int64_t k1, float* y,
+                       int64_t ldy, bool acc) {
+  typename V::vec a[NR][TR];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int t = 0; t < TR; t++) a[r][t] = V::zero();
+  int64_t k = k0;
+  for (; k + V::W <= k1; k += V::W) {
+    typename V::vec wv[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) wv[r] = V::load_w(w + r * ldw + k);
+#pragma GCC unroll 8
+    for (int t = 0; t < TR; t++) {
+      typename V::vec xv = V::loadx(x + t * ldx + k);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; r++) a[r][t] = V::fma(wv[r], xv, a[r][t]);
+    }
+  }
+  float s[NR][TR];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int t = 0; t < TR; t++) s[r][t] = V::reduce(a[r][t]);
+  for (; k < k1; k++)
+    for (int r = 0; r < NR; r++) {
+      const float wk = wval(w[r * ldw + k]);
+      for (int t = 0; t < TR; t++) s[r][t] += x[t * ldx + k] * wk;
+    }
+  for (int t = 0; t < TR; t++)
+    for (int r = 0; r < NR; r++) {
+      float& o = y[t * ldy + r];
+      o = acc ? o + s[r][t] : s[r][t];
+    }
+}
+
+template <int NR, class WT>
+inline void dense_tiles(int64_t tr, const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t k0, int64_t k1,
+                        float* y, int64_t ldy, bool acc) {
+  switch (tr) {
+    case 1: return dense_tile<NR, 1>(x, ldx, w, ldw, k0, k1, y, ldy, acc);
+    case 2: return dense_tile<NR, 2>(x, ldx, w, ldw, k0, k1, y, ldy, acc);
+    case 3: return dense_tile<NR, 3>(x, ldx, w, ldw, k0, k1, y, ldy, acc);
+    case 4: if constexpr (V::TR_DENSE >= 4) return dense_tile<NR, 4>(x, ldx, w, ldw, k0, k1, y, ldy, acc); break;
+    case 5: if constexpr (V::TR_DENSE >= 5) return dense_tile<NR, 5>(x, ldx, w, ldw, k0, k1, y, ldy, acc); break;
+    case 6: if constexpr (V::TR_DENSE >= 6) return dense_tile<NR, 6>(x, ldx, w, ldw, k0, k1, y, ldy, acc); break;
+    default: break;
+  }
+}
+
+// Splits T tokens into tiles of at most `max` with sizes as even as possible (9 -> 5 + 4 rather than 6 + 3).
+inline int64_t token_tile(int64_t remaining, int max) {
+  if (remaining <= max) return remaining;
+  const int64_t tiles = (remaining + max - 1) / max;
+  return (remaining + tiles - 1) / tiles;
+}
+
+template <class WT>
+void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
+  const WT* W = static_cast<const WT*>(a.w);
+  const int64_t KB = a.T >= 8 ? kInputBlock : (a.K > 0 ? a.K : 1);
+  for (int64_t t0 = 0; t0 < a.T; t0 += kTokenBlock) {
+    const int64_t t1 = std::min(a.T, t0 + kTokenBlock);
+    for (int64_t k0 = 0; k0 < std::max<int64_t>(a.K, 1); k0 += KB) {
+      const int64_t k1 = std::min(a.K, k0 + KB);
+      const bool acc = a.accumulate || k0 > 0;
+      int64_t n = n0;
+      for (; n + V::NR <= n1; n += V::NR)
+        for (int64_t t = t0; t < t1;) {
+          const int64_t tr = token_tile(t1 - t, V::TR_DENSE);
+          dense_tiles<V::NR>(tr, a.x + t * a.ldx, a.ldx, W + n * a.ldw, a.ldw, k0, k1, a.y + t * a.ldy + n, a.ldy,
+                             acc);
+          t += tr;
+        }
+      for (; n < n1; n++)
+        for (int64_t t = t0; t < t1;) {
+          const int64_t tr = token_tile(t1 - t, V::TR_DENSE);
+          dense_tiles<1>(tr, a.x + t * a.ldx, a.ldx, W + n * a.ldw, a.ldw, k0, k1, a.y + t * a.ldy + n, a.ldy, acc);
+          t += tr;
+        }
+    }
+  }
+}
+
+template <int NR, int TR, int BITS>
+inline void quant_tile(const cpu::QGemmArgs& A, const float* x, const uint8_t* q, const uint16_t* s,
+                       const uint16_t* b, int64_t k0, int64_t k1, float* y, bool acc) {
+  constexpr int NV = 32 / V::W;  // vectors per 32-input chunk
+  const int64_t ldx = A.ldx, ldq = A.ldq, lds = A.lds, ldy = A.ldy;
+  const int group = A.group;
+  typename V::vec a[NR][TR];
+#pragma GCC unroll 8
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int t = 0; t < TR; t++) a[r][t] = V::zero();
+  for (int64_t g0 = k0; g0 < k1; g0 += group) {
+    const int64_t gi = g0 / group;
+    typename V::vec sv[NR], bv[NR];
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+      sv[r] = V::set1(bf16f(s[r * lds + gi]));
+      bv[r] = V::set1(bf16f(b[r * lds + gi]));
+    }
+    for (int64_t c = g0; c < g0 + group; c += 32) {
+      const uint8_t* qc = q + c * BITS / 8;
+#pragma GCC unroll 32
+      for (int v = 0; v < NV; v++) {
+        typename V::vec wv[NR];
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) {
+          const uint8_t* p = qc + r * ldq;
+          typename V::vec qv;
+          if constexpr (BITS == 8)
+            qv = V::q8(p + v * V::W);
+          else
+            qv = v < NV / 2 ? V::q4lo(p + v * V::W) : V::q4hi(p + (v - NV / 2) * V::W);
+          wv[r] = V::fma(qv, sv[r], bv[r]);
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TR; t++) {
+          typename V::vec xv = V::loadx(x + t * ldx + c + v * V::W);
+#pragma GCC unroll 8
+          for (int r = 0; r < NR; r++) a[r][t] = V::fma(wv[r], xv, a[r][t]);
+        }
+      }
+    }
+  }
+#pragma GCC unroll 8
+  for (int t = 0; t < TR; t++)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+      float v = V::reduce(a[r][t]);
+      float& o = y[t * ldy + r];
+      o = acc ? o + v : v;
+    }
+}
+
+template <int NR, int BITS>
+inline void quant_tiles(int64_t tr, const cpu::QGemmArgs& A, const float* x, const uint8_t* q, const uint16_t* s,
+                        const uint16_t* b, int64_t k0, int64_t k1, float* y, bool acc) {
+  switch (tr) {
+    case 1: return quant_tile<NR, 1, BITS>(A, x, q, s, b, k0, k1, y, acc);
+    case 2: return quant_tile<NR, 2, BITS>(A, x, q, s, b, k0, k1, y, acc);
+    case 3: if constexpr (V::TR_QUANT >= 3) return quant_tile<NR, 3, BITS>(A, x, q, s, b, k0, k1, y, acc); break;
+    case 4: if constexpr (V::TR_QUANT >= 4) return quant_tile<NR, 4, BITS>(A, x, q, s, b, k0, k1, y, acc); break;
+    default: break;
+  }
+}
+
+template <int BITS>
+void qgemm_bits(const cpu::QGemmArgs& a, int64_t n0, int64_t n1) {
+  const int64_t KB = a.T >= 8 ? (kInputBlock / a.group) * a.group : a.K;
+  for (int64_t t0 = 0; t0 < a.T; t0 += kTokenBlock) {
+    const int64_t t1 = std::min(a.T, t0 + kTokenBlock);
+    for (int64_t k0 = 0; k0 < a.K; k0 += KB) {
+      const int64_t k1 = std::min(a.K, k0 + KB);
+      const bool acc = a.accumulate || k0 > 0;
+      auto run = [&](auto nr, int64_t n) {
+        constexpr int NR = decltype(nr)::value;
+        for (int64_t t = t0; t < t1;) {
+          const int64_t tr = token_tile(t1 - t, V::TR_QUANT);
+          quant_tiles<NR, BITS>(tr, a, a.x + t * a.ldx, a.q + n * a.ldq, a.scales + n * a.lds, a.biases + n * a.lds,
+                                k0, k1, a.y + t * a.ldy + n, acc);
+          t += tr;
+        }
+      };
+      int64_t n = n0;
+      for (; n + V::NR <= n1; n += V::NR) run(std::integral_constant<int, V::NR>{}, n);
+      for (; n < n1; n++) run(std::integral_constant<int, 1>{}, n);
+    }
+  }
+  if (a.K == 0)
+    for (int64_t t = 0; t < a.T; t++)
+      for (int64_t n = n0; n < n1; n++)
+        if (!a.accumulate) a.y[t * a.ldy + n] = 0.0f;
+}
+
+void qgemm(const cpu::QGemmArgs& a, int64_t n0, int64_t n1) {
+  if (a.bits == 4)
+    qgemm_bits<4>(a, n0, n1);
+  else
+    qgemm_bits<8>(a, n0, n1);
+}
+
+void gemm_bf16(const cpu::GemmArgs& a, int64_t n0, int64_t n1) { gemm_dense<uint16_t>(a, n0, n1); }
+void gemm_f32(const cpu::GemmArgs& a, int64_t n0, int64_t n1) { gemm_dense<float>(a, n0, n1); }

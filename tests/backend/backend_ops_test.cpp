@@ -1,0 +1,487 @@
+// CPU backend ops against naive double-precision references on random inputs: every available instruction-set
+// path (generic / avx2 / avx512, switched with cpu::set_isa), odd sizes, strided inputs and outputs, dense and
+// group-wise quantized matmul, attention (GQA, windows, empty slots), rope (neox and interleaved) and the
+// elementwise ops.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/simd.h"
+#include "tensor/tensor.h"
+
+namespace vatic {
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 g(12345);
+  return g;
+}
+
+Tensor random_tensor(const Shape& shape, DType dtype = DType::F32, float scale = 1.0f) {
+  Tensor t = Tensor::empty(shape, dtype);
+  std::normal_distribution<float> d(0.0f, scale);
+  const int64_t n = t.numel();
+  for (int64_t i = 0; i < n; i++) {
+    float v = d(rng());
+    switch (dtype) {
+      case DType::F32: t.data<float>()[i] = v; break;
+      case DType::BF16: t.data<uint16_t>()[i] = f32_to_bf16(v); break;
+      case DType::F16: t.data<uint16_t>()[i] = f32_to_f16(v); break;
+      default: ADD_FAILURE() << "unsupported dtype";
+    }
+  }
+  return t;
+}
+
+// Element (strided) of a 2-D or 3-D tensor as double.
+double at(const Tensor& t, std::initializer_list<int64_t> idx) {
+  int64_t off = 0, d = 0;
+  for (int64_t i : idx) off += i * t.stride(static_cast<int>(d++));
+  switch (t.dtype()) {
+    case DType::F32: return t.data<float>()[off];
+    case DType::BF16: return bf16_to_f32(t.data<uint16_t>()[off]);
+    case DType::F16: return f16_to_f32(t.data<uint16_t>()[off]);
+    case DType::I32: return t.data<int32_t>()[off];
+    default: return NAN;
+  }
+}
+
+// Runs `body` once per instruction set this CPU supports, restoring the default afterwards.
+template <typename F>
+void for_each_isa(F&& body) {
+  const std::string before = cpu::kernels().isa;
+  for (const auto& isa : cpu::available_isas()) {
+    SCOPED_TRACE("isa " + isa);
+    ASSERT_TRUE(cpu::set_isa(isa));
+    ASSERT_EQ(std::string(cpu::kernels().isa), isa);
+    body();
+  }
+  cpu::set_isa(before);
+}
+
+TEST(CpuIsa, ListsGenericAndSwitches) {
+  auto isas = cpu::available_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), "generic");
+  EXPECT_FALSE(cpu::set_isa("sse9"));
+  const std::string before = cpu::kernels().isa;
+  EXPECT_TRUE(cpu::set_isa("generic"));
+  EXPECT_STREQ(cpu::kernels().isa, "generic");
+  cpu::set_isa(before);
+#if defined(__x86_64__)
+  __builtin_cpu_init();
+  if (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") && __builtin_cpu_supports("avx512vl")) {
+    EXPECT_NE(std::find(isas.begin(), isas.end(), "avx512"), isas.end());
+  }
+  if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) {
+    EXPECT_NE(std::find(isas.begin(), isas.end(), "avx2"), isas.end());
+  }
+#endif
+}
+
+// y = x · Wᵀ in double, and Σ|x·w| per output (the scale of the rounding error of an f32 sum).
+void reference_matmul(const Tensor& x, const std::vector<double>& w /*[N*K]*/, int64_t N, std::vector<double>& y,
+                      std::vector<double>& mag) {
+  const int64_t T = x.dim(0), K = x.dim(1);
+  y.assign(static_cast<size_t>(T * N), 0.0);
+  mag.assign(static_cast<size_t>(T * N), 0.0);
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t n = 0; n < N; n++) {
+      double s = 0, m = 0;
+      for (int64_t k = 0; k < K; k++) {
+        double p = at(x, {t, k}) * w[n * K + k];
+        s += p;
+        m += std::fabs(p);
+      }
+      y[t * N + n] = s;
+      mag[t * N + n] = m;
+    }
+}
+
+// Compares y (possibly strided) with ref (+ `prior` when accumulating): |got − want| <= tol · Σ|x·w| + 1e-6.
+void expect_close(const Tensor& y, const std::vector<double>& ref, const std::vector<double>& mag,
+                  const std::vector<double>& prior, double tol) {
+  const int64_t T = y.dim(0), N = y.dim(1);
+  int bad = 0;
+  for (int64_t t = 0; t < T; t++)
+    for (int64_t n = 0; n < N; n++) {
+      double want = ref[t * N + n] + (prior.empty() ? 0.0 : prior[t * N + n]);
+      double got = at(y, {t, n});
+      double lim = tol * mag[t * N + n] + 1e-6;
+      if (!(std::fabs(got - want) <= lim) && bad++ < 5)
+        ADD_FAILURE() << "y[" << t << ", " << n << "] = " << got << ", want " << want << " (limit " << lim << ")";
+    }
+  EXPECT_EQ(bad, 0);
+}
+
+struct Size {
+  int64_t T, N, K;
+};
+// Decode, verify and prefill token counts; K not a multiple of 16 or 64; N not a multiple of the row tile.
+const std::vector<Size> kDenseSizes = {{1, 1, 1},    {1, 37, 129},  {1, 64, 1536}, {2, 19, 100}, {3, 33, 47},
+                                       {5, 21, 200}, {7, 8, 64},    {9, 70, 257},  {13, 9, 31},  {64, 36, 300},
+                                       {70, 19, 1030}, {130, 17, 2100}};
+
+class DenseMatmul : public ::testing::TestWithParam<DType> {};
+
+TEST_P(DenseMatmul, MatchesDoubleReference) {
+  const DType wt = GetParam();
+  Backend& be = cpu_backend();
+  for (const auto& sz : kDenseSizes) {
+    SCOPED_TRACE("T=" + std::to_string(sz.T) + " N=" + std::to_string(sz.N) + " K=" + std::to_string(sz.K));
+    // x is a column slice of a wider buffer (strided rows); W is a row slice of a bigger matrix (Linear::rows).
+    Tensor xbuf = random_tensor({sz.T, sz.K + 5});
+    Tensor x = xbuf.slice(1, 3, 3 + sz.K);
+    Linear full;
+    full.weight = random_tensor({sz.N + 6, sz.K}, wt, 0.5f);
+    Linear w = full.rows(4, 4 + sz.N);
+    std::vector<double> wd(static_cast<size_t>(sz.N * sz.K));
+    for (int64_t n = 0; n < sz.N; n++)
+      for (int64_t k = 0; k < sz.K; k++) wd[n * sz.K + k] = at(w.weight, {n, k});
+    std::vector<double> ref, mag;
+    reference_matmul(x, wd, sz.N, ref, mag);
+    for_each_isa([&] {
+      // Plain output.
+      Tensor y = Tensor::empty({sz.T, sz.N}, DType::F32);
+      be.fill(y, NAN);
+      be.matmul(x, w, y, false);
+      expect_close(y, ref, mag, {}, 2e-6);
+      // Strided output, accumulating onto existing values.
+      Tensor ybuf = random_tensor({sz.T, sz.N + 3});
+      Tensor ys = ybuf.slice(1, 2, 2 + sz.N);
+      std::vector<double> prior(static_cast<size_t>(sz.T * sz.N));
+      for (int64_t t = 0; t < sz.T; t++)
+        for (int64_t n = 0; n < sz.N; n++) prior[t * sz.N + n] = at(ys, {t, n});
+      std::vector<float> outside;
+      for (int64_t t = 0; t < sz.T; t++)
+        for (int64_t c : {int64_t{0}, int64_t{1}, sz.N + 2}) outside.push_back(ybuf.data<float>()[t * (sz.N + 3) + c]);
+      be.matmul(x, w, ys, true);
+      expect_close(ys, ref, mag, prior, 2e-6);
+      // The columns outside the slice are untouched.
+      size_t j = 0;
+      for (int64_t t = 0; t < sz.T; t++)
+        for (int64_t c : {int64_t{0}, int64_t{1}, sz.N + 2})
+          EXPECT_EQ(ybuf.data<float>()[t * (sz.N + 3) + c], outside[j++]);
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Dtypes, DenseMatmul, ::testing::Values(DType::BF16, DType::F32, DType::F16),
+                         [](const auto& info) { return std::string(dtype_name(info.param)); });
+
+// A quantized Linear with random codes, scales and biases, packed as src/quant/quantize.h describes, and its
+// dequantized values in double.
+struct QuantCase {
+  Linear lin;
+  std::vector<double> w;  // [N, K]
+};
+QuantCase random_quantized(int64_t N, int64_t K, int bits, int group, int64_t extra_rows = 0) {
+  const int per = 32 / bits;
+  const int64_t R = N + extra_rows, words = K / per, groups = K / group;
+  Linear l;
+  l.bits = bits;
+  l.group = group;
+  l.weight = Tensor::empty({R, words}, DType::U32);
+  l.scales = Tensor::empty({R, groups}, DType::BF16);
+  l.biases = Tensor::empty({R, groups}, DType::BF16);
+  std::uniform_int_distribution<uint32_t> qd(0, (1u << bits) - 1);
+  std::uniform_real_distribution<float> sd(0.001f, 0.05f), bd(-1.0f, 0.5f);
+  std::vector<double> w(static_cast<size_t>(R * K));
+  std::fill(l.weight.data<uint32_t>(), l.weight.data<uint32_t>() + R * words, 0u);
+  for (int64_t r = 0; r < R; r++)
+    for (int64_t g = 0; g < groups; g++) {
+      uint16_t s = f32_to_bf16(sd(rng())), b = f32_to_bf16(bd(rng()));
+      l.scales.data<uint16_t>()[r * groups + g] = s;
+      l.biases.data<uint16_t>()[r * groups + g] = b;
+      for (int64_t i = g * group; i < (g + 1) * group; i++) {
+        uint32_t q = qd(rng());
+        l.weight.data<uint32_t>()[r * words + i / per] |= q << ((i % per) * bits);
+        w[r * K + i] = double(bf16_to_f32(s)) * q + double(bf16_to_f32(b));
+      }
+    }
+  QuantCase c;
+  c.lin = extra_rows ? l.rows(extra_rows, R) : l;
+  c.w.assign(w.begin() + extra_rows * K, w.end());
+  return c;
+}
+
+struct QParam {
+  int bits, group;
+};
+class QuantMatmul : public ::testing::TestWithParam<QParam> {};
+
+TEST_P(QuantMatmul, MatchesDequantizeThenDouble) {
+  const auto [bits, group] = GetParam();
+  Backend& be = cpu_backend();
+  const std::vector<Size> sizes = {{1, 1, 64},    {1, 37, 192},  {1, 130, 1536}, {2, 19, 128}, {3, 5, 64},
+                                   {5, 21, 320},  {8, 33, 256},  {9, 70, 448},   {17, 7, 128}, {64, 36, 1088},
+                                   {100, 23, 2112}};
+  for (const auto& sz : sizes) {
+    if (sz.K % group) continue;
+    SCOPED_TRACE("T=" + std::to_string(sz.T) + " N=" + std::to_string(sz.N) + " K=" + std::to_string(sz.K));
+    QuantCase qc = random_quantized(sz.N, sz.K, bits, group, /*extra_rows=*/3);
+    Tensor xbuf = random_tensor({sz.T, sz.K + 7});
+    Tensor x = xbuf.slice(1, 7, 7 + sz.K);
+    std::vector<double> ref, mag;
+    reference_matmul(x, qc.w, sz.N, ref, mag);
+    for_each_isa([&] {
+      Tensor y = Tensor::empty({sz.T, sz.N}, DType::F32);
+      be.fill(y, NAN);
+      be.matmul(x, qc.lin, y, false);
+      expect_close(y, ref, mag, {}, 4e-6);
+      Tensor ybuf = random_tensor({sz.T, sz.N + 1});
+      Tensor ys = ybuf.slice(1, 1, 1 + sz.N);
+      std::vector<double> prior(static_cast<size_t>(sz.T * sz.N));
+      for (int64_t t = 0; t < sz.T; t++)
+        for (int64_t n = 0; n < sz.N; n++) prior[t * sz.N + n] = at(ys, {t, n});
+      be.matmul(x, qc.lin, ys, true);
+      expect_close(ys, ref, mag, prior, 4e-6);
+    });
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul,
+                         ::testing::Values(QParam{8, 32}, QParam{8, 64}, QParam{4, 32}, QParam{4, 64}),
+                         [](const auto& info) {
+                           return "int" + std::to_string(info.param.bits) + "_g" + std::to_string(info.param.group);
+                         });
+
+TEST(QuantMatmul, StackedExpertSelect) {
+  // [E, N, K] stacked experts: select(e) gives a view with offsets into the packed, scale and bias tensors.
+  const int64_t E = 3, N = 20, K = 128;
+  QuantCase all = random_quantized(E * N, K, 4, 32);
+  Linear stacked = all.lin;
+  stacked.weight = all.lin.weight.reshape({E, N, K / 8});
+  stacked.scales = all.lin.scales.reshape({E, N, K / 32});
+  stacked.biases = all.lin.biases.reshape({E, N, K / 32});
+  Tensor x = random_tensor({4, K});
+  for_each_isa([&] {
+    for (int64_t e = 0; e < E; e++) {
+      std::vector<double> w(all.w.begin() + e * N * K, all.w.begin() + (e + 1) * N * K), ref, mag;
+      reference_matmul(x, w, N, ref, mag);
+      Tensor y = Tensor::empty({4, N}, DType::F32);
+      cpu_backend().matmul(x, stacked.select(e), y, false);
+      expect_close(y, ref, mag, {}, 4e-6);
+    }
+  });
+}
+
+TEST(QuantMatmul, DetectsACorruptedCode) {
+  // The comparison is sharp enough to see one flipped code: changing a single packed nibble moves one output by
+  // at least one scale step (>= 0.001 · |x|), far above the tolerance.
+  QuantCase qc = random_quantized(8, 64, 4, 32);
+  Tensor x = Tensor::from_floats(std::vector<float>(64, 1.0f), {1, 64});
+  std::vector<double> ref, mag;
+  reference_matmul(x, qc.w, 8, ref, mag);
+  qc.lin.weight.data<uint32_t>()[3] ^= 0x10u;  // row 0, element 25
+  Tensor y = Tensor::empty({1, 8}, DType::F32);
+  cpu_backend().matmul(x, qc.lin, y, false);
+  EXPECT_GT(std::fabs(at(y, {0, 0}) - ref[0]), 1e-3);
+  for (int64_t n = 1; n < 8; n++) EXPECT_NEAR(at(y, {0, n}), ref[n], 1e-4);
+}
+
+// ---- attention ----
+
+struct AttnCase {
+  int64_t T, S, Hq, Hkv, D, Dv;
+  int window;
+  int empty_every;  // every n-th key slot is empty (position -1); 0 = none
+};
+
+TEST(Attention, MatchesDoubleReference) {
+  Backend& be = cpu_backend();
+  const std::vector<AttnCase> cases = {{1, 1, 1, 1, 16, 16, 0, 0},     {1, 37, 8, 1, 256, 256, 0, 0},
+                                       {4, 19, 4, 2, 33, 17, 0, 0},     {5, 40, 8, 1, 64, 64, 8, 0},
+                                       {3, 30, 6, 3, 48, 48, 0, 4},     {7, 25, 4, 1, 20, 20, 5, 3},
+                                       {2, 12, 2, 2, 512, 512, 3, 2}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " S=" + std::to_string(c.S) + " Hq=" + std::to_string(c.Hq) +
+                 " Hkv=" + std::to_string(c.Hkv) + " window=" + std::to_string(c.window));
+    Tensor q = random_tensor({c.T, c.Hq, c.D});
+    // K and V are views into wider buffers (strided rows and heads), as KV caches hand them out.
+    Tensor kbuf = random_tensor({c.S + 4, c.Hkv, c.D + 3});
+    Tensor vbuf = random_tensor({c.S + 4, c.Hkv + 1, c.Dv});
+    Tensor k = kbuf.slice(0, 0, c.S).slice(2, 0, c.D);
+    Tensor v = vbuf.slice(0, 0, c.S).slice(1, 1, 1 + c.Hkv);
+    // Keys 0..S-1 at positions 0..S-1 (some empty); queries at the last T positions, plus one before any key.
+    std::vector<int32_t> kp(c.S), qp(c.T);
+    for (int64_t s = 0; s < c.S; s++) kp[s] = (c.empty_every && s % c.empty_every == 1) ? -1 : static_cast<int32_t>(s);
+    for (int64_t t = 0; t < c.T; t++) qp[t] = static_cast<int32_t>(c.S - c.T + t);
+    Tensor q_pos = Tensor::from_ints(qp, {c.T}), k_pos = Tensor::from_ints(kp, {c.S});
+    AttentionParams p;
+    p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+    p.window = c.window;
+    for_each_isa([&] {
+      Tensor out = Tensor::empty({c.T, c.Hq, c.Dv}, DType::F32);
+      be.attention(q, k, v, q_pos, k_pos, p, out);
+      const int64_t group = c.Hq / c.Hkv;
+      int bad = 0;
+      for (int64_t t = 0; t < c.T; t++)
+        for (int64_t h = 0; h < c.Hq; h++) {
+          const int64_t kh = h / group;
+          std::vector<double> sc(c.S, -INFINITY);
+          double mx = -INFINITY;
+          for (int64_t s = 0; s < c.S; s++) {
+            bool vis = kp[s] >= 0 && kp[s] <= qp[t] && (c.window <= 0 || qp[t] - kp[s] < c.window);
+            if (!vis) continue;
+            double d = 0;
+            for (int64_t i = 0; i < c.D; i++) d += at(q, {t, h, i}) * at(k, {s, kh, i});
+            sc[s] = d * p.scale;
+            mx = std::max(mx, sc[s]);
+          }
+          double sum = 0;
+          for (auto& e : sc) sum += (e = std::isinf(e) ? 0.0 : std::exp(e - mx));
+          for (int64_t i = 0; i < c.Dv; i++) {
+            double want = 0;
+            if (sum > 0)
+              for (int64_t s = 0; s < c.S; s++) want += sc[s] / sum * at(v, {s, kh, i});
+            double got = at(out, {t, h, i});
+            if (!(std::fabs(got - want) <= 2e-5) && bad++ < 5)
+              ADD_FAILURE() << "out[" << t << ", " << h << ", " << i << "] = " << got << ", want " << want;
+          }
+        }
+      EXPECT_EQ(bad, 0);
+    });
+  }
+}
+
+TEST(Attention, QueryWithNoVisibleKeyGivesZeros) {
+  Tensor q = random_tensor({1, 2, 8}), k = random_tensor({3, 1, 8}), v = random_tensor({3, 1, 8});
+  Tensor out = Tensor::empty({1, 2, 8}, DType::F32);
+  AttentionParams p;
+  cpu_backend().attention(q, k, v, Tensor::from_ints({5}, {1}), Tensor::from_ints({-1, 6, 7}, {3}), p, out);
+  for (int64_t i = 0; i < 16; i++) EXPECT_EQ(out.data<float>()[i], 0.0f);
+}
+
+// ---- rope ----
+
+TEST(Rope, NeoxAndInterleavedMatchDoubleReference) {
+  for (bool interleaved : {false, true})
+    for (int64_t D : {16, 34, 256}) {
+      for (int64_t n : {D / 2, D / 4}) {  // all pairs, or a partial rotation (the rest stays)
+        SCOPED_TRACE(std::string(interleaved ? "interleaved" : "neox") + " D=" + std::to_string(D) +
+                     " n=" + std::to_string(n));
+        const int64_t T = 3, H = 2;
+        Tensor x = random_tensor({T, H, D});
+        std::vector<float> before(x.data<float>(), x.data<float>() + x.numel());
+        std::vector<float> f(n);
+        for (int64_t i = 0; i < n; i++) f[i] = std::pow(10000.0f, -2.0f * i / D);
+        std::vector<int32_t> pos = {0, 7, 1000};
+        cpu_backend().rope(x, Tensor::from_ints(pos, {T}), Tensor::from_floats(f, {n}), interleaved);
+        for (int64_t t = 0; t < T; t++)
+          for (int64_t h = 0; h < H; h++) {
+            const float* b = before.data() + (t * H + h) * D;
+            std::vector<double> want(b, b + D);
+            for (int64_t i = 0; i < n; i++) {
+              int64_t a = interleaved ? 2 * i : i, c = interleaved ? 2 * i + 1 : i + D / 2;
+              double ang = double(pos[t]) * double(f[i]);
+              want[a] = b[a] * std::cos(ang) - b[c] * std::sin(ang);
+              want[c] = b[c] * std::cos(ang) + b[a] * std::sin(ang);
+            }
+            for (int64_t i = 0; i < D; i++)
+              EXPECT_NEAR(x.data<float>()[(t * H + h) * D + i], want[i], 2e-4 * (1 + std::fabs(want[i])))
+                  << "t=" << t << " h=" << h << " i=" << i;
+          }
+      }
+    }
+}
+
+// ---- norms and elementwise ----
+
+TEST(RmsNorm, WithAndWithoutWeight) {
+  for (int64_t D : {1, 7, 64, 1537}) {
+    Tensor x = random_tensor({3, D}), w = random_tensor({D}, DType::BF16);
+    for (bool with_w : {false, true}) {
+      Tensor y = Tensor::empty({3, D}, DType::F32);
+      cpu_backend().rms_norm(x, with_w ? &w : nullptr, 1e-6f, y);
+      for (int64_t r = 0; r < 3; r++) {
+        double ss = 0;
+        for (int64_t i = 0; i < D; i++) ss += at(x, {r, i}) * at(x, {r, i});
+        double inv = 1.0 / std::sqrt(ss / D + 1e-6);
+        for (int64_t i = 0; i < D; i++) {
+          double want = at(x, {r, i}) * inv * (with_w ? at(w, {i}) : 1.0);
+          EXPECT_NEAR(at(y, {r, i}), want, 1e-5 * (1 + std::fabs(want)));
+        }
+      }
+    }
+  }
+}
+
+TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
+  Backend& be = cpu_backend();
+  const int64_t R = 3, D = 301;
+  Tensor a = random_tensor({R, D}, DType::F32, 3.0f), b = random_tensor({R, D});
+  Tensor y = Tensor::empty({R, D}, DType::F32);
+  auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); };
+  auto check = [&](auto f, const char* what) {
+    for (int64_t i = 0; i < R * D; i++) {
+      double want = f(i);
+      ASSERT_NEAR(y.data<float>()[i], want, 1e-5 * (1 + std::fabs(want))) << what << " at " << i;
+    }
+  };
+  const float* A = a.data<float>();
+  const float* B = b.data<float>();
+  be.unary(Unary::GeluTanh, a, y);
+  check([&](int64_t i) { return gelu(A[i]); }, "gelu");
+  be.unary(Unary::Silu, a, y);
+  check([&](int64_t i) { return A[i] / (1 + std::exp(-double(A[i]))); }, "silu");
+  be.unary(Unary::Sigmoid, a, y);
+  check([&](int64_t i) { return 1 / (1 + std::exp(-double(A[i]))); }, "sigmoid");
+  be.unary(Unary::Tanh, a, y);
+  check([&](int64_t i) { return std::tanh(double(A[i])); }, "tanh");
+  be.gated(Unary::GeluTanh, a, b, y);
+  check([&](int64_t i) { return gelu(A[i]) * B[i]; }, "gated");
+  be.softcap(a, 2.5f, y);
+  check([&](int64_t i) { return 2.5 * std::tanh(A[i] / 2.5); }, "softcap");
+  Tensor row = random_tensor({D});
+  be.add(a, row, y);  // broadcast of one row
+  check([&](int64_t i) { return double(A[i]) + row.data<float>()[i % D]; }, "add");
+  be.mul(a, b, y);
+  check([&](int64_t i) { return double(A[i]) * B[i]; }, "mul");
+  be.scale(a, -0.25f, y);
+  check([&](int64_t i) { return -0.25 * A[i]; }, "scale");
+  be.softmax(a, y);
+  for (int64_t r = 0; r < R; r++) {
+    double mx = -INFINITY, sum = 0;
+    for (int64_t i = 0; i < D; i++) mx = std::max(mx, double(A[r * D + i]));
+    for (int64_t i = 0; i < D; i++) sum += std::exp(A[r * D + i] - mx);
+    for (int64_t i = 0; i < D; i++)
+      ASSERT_NEAR(y.data<float>()[r * D + i], std::exp(A[r * D + i] - mx) / sum, 1e-6);
+  }
+  Tensor vals = Tensor::empty({R, 5}, DType::F32), idx = Tensor::empty({R, 5}, DType::I32);
+  be.topk(a, 5, vals, idx);
+  for (int64_t r = 0; r < R; r++) {
+    std::vector<int32_t> order(D);
+    for (int64_t i = 0; i < D; i++) order[i] = static_cast<int32_t>(i);
+    std::stable_sort(order.begin(), order.end(), [&](int32_t i, int32_t j) { return A[r * D + i] > A[r * D + j]; });
+    for (int i = 0; i < 5; i++) {
+      EXPECT_EQ(idx.data<int32_t>()[r * 5 + i], order[i]);
+      EXPECT_EQ(vals.data<float>()[r * 5 + i], A[r * D + order[i]]);
+    }
+  }
+}
+
+TEST(Embedding, Bf16RowsScaled) {
+  Tensor table = random_tensor({50, 33}, DType::BF16);
+  Tensor out = Tensor::empty({3, 33}, DType::F32);
+  cpu_backend().embedding(table, Tensor::from_ints({4, 0, 49}, {3}), 2.0f, out);
+  const int ids[] = {4, 0, 49};
+  for (int i = 0; i < 3; i++)
+    for (int64_t j = 0; j < 33; j++) EXPECT_EQ(at(out, {i, j}), 2.0 * at(table, {ids[i], j}));
+}
+
+TEST(Copy, StridedAndConverting) {
+  Tensor src = random_tensor({6, 10}).slice(1, 2, 9);  // strided
+  Tensor dst = Tensor::empty({6, 7}, DType::BF16);
+  cpu_backend().copy(src, dst);
+  for (int64_t r = 0; r < 6; r++)
+    for (int64_t c = 0; c < 7; c++) EXPECT_EQ(at(dst, {r, c}), round_bf16(static_cast<float>(at(src, {r, c}))));
+}
+
+}  // namespace
+}  // namespace vatic

@@ -28,18 +28,30 @@ PrefixCache::Match PrefixCache::lookup(const std::vector<int32_t>& tokens) {
 
 void PrefixCache::insert(const std::vector<int32_t>& tokens, std::shared_ptr<const void> snapshot, size_t bytes) {
   if (tokens.empty() || !snapshot || bytes > budget_) return;
+  // Replace an existing entry for the same tokens, then make room (pruning may drop empty branches, so the path
+  // to the new entry is built afterwards).
+  Node* existing = &root_;
+  for (int32_t t : tokens) {
+    auto it = existing->children.find(t);
+    if (it == existing->children.end()) {
+      existing = nullptr;
+      break;
+    }
+    existing = it->second.get();
+  }
+  if (existing && existing->snapshot) {
+    used_ -= existing->bytes;
+    entries_--;
+    existing->snapshot.reset();
+    existing->bytes = 0;
+  }
+  evict_until_fits(bytes);
   Node* n = &root_;
   for (int32_t t : tokens) {
     auto& child = n->children[t];
     if (!child) child = std::make_unique<Node>();
     n = child.get();
   }
-  if (n->snapshot) {
-    used_ -= n->bytes;
-    entries_--;
-    n->snapshot.reset();
-  }
-  evict_until_fits(bytes);
   n->snapshot = std::move(snapshot);
   n->bytes = bytes;
   n->last_used = ++clock_;

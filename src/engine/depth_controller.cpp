@@ -36,6 +36,14 @@ double DepthController::expected_tokens(int n) const {
 }
 
 double DepthController::cost(int n) const {
+  // Drafting deeper never costs less: take the largest estimate at or below n, so timing noise cannot make a
+  // deeper round look cheaper than a shallower one.
+  double c = raw_cost(n);
+  for (int k = 0; k < n; k++) c = std::max(c, raw_cost(k));
+  return c;
+}
+
+double DepthController::raw_cost(int n) const {
   if (cost_[n] > 0) return cost_[n];
   // Linear interpolation between sampled depths, flat outside.
   int lo = -1, hi = -1;
@@ -102,13 +110,17 @@ int DepthController::next() {
 
 void DepthController::record(int depth, int accepted, double seconds) {
   if (depth < 0 || depth > max_depth_) return;
-  // A cost sample counts only when the depth did not change (shape transitions inflate time).
-  if (depth == last_depth_ && seconds > 0) {
-    if (cost_[depth] <= 0) {
-      cost_[depth] = seconds;
+  // Timing noise only ever adds time (a descheduled thread, a page fault), so the estimate follows a faster
+  // round quickly and a slower one cautiously: at most 25% of the estimate per sample. The first round after a
+  // depth change may carry one-off costs, so it only seeds a depth that has no estimate yet.
+  if (seconds > 0) {
+    double& c = cost_[depth];
+    if (c <= 0) {
+      if (depth == last_depth_) c = seconds;
+    } else if (seconds < c) {
+      c += 0.5 * (seconds - c);
     } else {
-      double innovation = std::clamp(seconds - cost_[depth], -0.25 * cost_[depth], 0.25 * cost_[depth]);
-      cost_[depth] += kCostAlpha * innovation;
+      c += kCostAlpha * std::min(seconds - c, 0.25 * c);
     }
   }
   last_depth_ = depth;

@@ -22,6 +22,7 @@ class DepthController {
 
  private:
   double cost(int n) const;
+  double raw_cost(int n) const;
   bool cost_ready() const;
   int best() const;
 

@@ -32,7 +32,9 @@ json GenerateStats::to_json() const {
 }
 
 Generator::Generator(LanguageModel& model, Drafter* drafter, DepthController* depth)
-    : model_(model), drafter_(drafter), depth_(depth) {}
+    : model_(model), drafter_(drafter), depth_(depth) {
+  clock_ = [] { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); };
+}
 
 ForwardResult Generator::prefill(SequenceState& state, const std::vector<int32_t>& tokens, int64_t chunk) {
   const int64_t T = static_cast<int64_t>(tokens.size());
@@ -156,7 +158,8 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       if (ctx > 0) k = static_cast<int>(std::min<int64_t>(k, ctx - state.length() - 2));
       k = std::max(k, 0);
     }
-    auto round_start = Clock::now();
+    const double round_start = clock_();
+    if (drafter_) stats.depth_trace.push_back(k);
     if (k == 0) {
       const int64_t pos = state.length();
       ForwardResult s = model_.forward(state, {next}, 1);
@@ -165,7 +168,7 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       hidden = s.hidden;
       next = sampler.sample(sampler.distribution(logits.data()));
       next_row = logits;
-      if (drafter_ && depth) depth->record(0, 0, since(round_start));
+      if (drafter_ && depth) depth->record(0, 0, clock_() - round_start);
       continue;
     }
     // Draft k tokens from (next, hidden).
@@ -224,7 +227,7 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       drafter_->observe(kept, vr.hidden.slice(0, 0, accepted + 1), base);
     }
     hidden = vr.hidden.slice(0, accepted, accepted + 1);
-    if (depth) depth->record(k, accepted, since(round_start));
+    if (depth) depth->record(k, accepted, clock_() - round_start);
     bool go = true;
     for (int i = 0; i < accepted && go; i++) go = emit(chain[i], vl.data() + i * V);
     if (!go) break;

@@ -32,6 +32,7 @@ struct GenerateStats {
   double prefill_seconds = 0, decode_seconds = 0;
   int64_t rounds = 0, drafted = 0, accepted = 0;
   std::vector<int64_t> position_drafted, position_accepted;  // per draft position
+  std::vector<int> depth_trace;   // draft depth of every decode step / round (0 = plain decode)
   std::string done_reason = "length";  // "stop" (EOS / stop request), "length", "cancel"
 
   double acceptance_length() const { return rounds ? 1.0 + double(accepted) / double(rounds) : 0.0; }
@@ -58,6 +59,9 @@ class Generator {
   GenerateStats generate(SequenceState& state, const std::vector<int32_t>& prompt, const GenerateOptions& options,
                          const TokenCallback& on_token);
 
+  // The clock the draft-depth policy measures round costs with (seconds). Tests substitute a deterministic one.
+  void set_clock(std::function<double()> clock) { clock_ = std::move(clock); }
+
  private:
   ForwardResult prefill(SequenceState& state, const std::vector<int32_t>& tokens, int64_t chunk);
   bool is_stop(int32_t token, const GenerateOptions& o) const;
@@ -66,6 +70,7 @@ class Generator {
   Drafter* drafter_;
   DepthController* depth_;
   std::unique_ptr<DepthController> own_depth_;
+  std::function<double()> clock_;
 };
 
 }  // namespace vatic

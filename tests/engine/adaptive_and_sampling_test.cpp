@@ -1,0 +1,216 @@
+// The adaptive draft depth and the distribution produced by speculative sampling through the real loop.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <map>
+
+#include "engine/generator.h"
+#include "formats/model_source.h"
+#include "models/fixture_util.h"
+#include "models/loader.h"
+
+namespace vatic {
+namespace {
+
+using namespace vatic::testing;
+
+// A drafter that always proposes what the target will choose (its greedy continuation, computed up front).
+class OracleDrafter : public Drafter {
+ public:
+  explicit OracleDrafter(std::vector<int32_t> sequence, int64_t vocab) : seq_(std::move(sequence)), vocab_(vocab) {}
+  std::vector<Tensor> draft(SequenceState& st, int32_t, const Tensor&, int steps,
+                            const std::function<int32_t(const Tensor&)>& choose) override {
+    std::vector<Tensor> out;
+    for (int j = 0; j < steps; j++) {
+      size_t at = static_cast<size_t>(st.length()) + 1 + j;
+      std::vector<float> l(vocab_, 0.0f);
+      l[at < seq_.size() ? seq_[at] : 0] = 100.0f;
+      Tensor t = Tensor::from_floats(l, {1, vocab_});
+      out.push_back(t);
+      choose(t);
+    }
+    return out;
+  }
+  std::string name() const override { return "oracle"; }
+
+ private:
+  std::vector<int32_t> seq_;
+  int64_t vocab_;
+};
+
+// Every round costs one unit of time whatever its depth: on this clock a deeper round pays exactly when its
+// drafts are accepted, so the policy's choices do not depend on the load of the machine running the test.
+std::function<double()> fake_clock() {
+  auto t = std::make_shared<double>(0.0);
+  auto calls = std::make_shared<int64_t>(0);
+  return [t, calls] { return (*calls)++ % 2 == 0 ? *t : (*t += 1.0); };
+}
+
+std::vector<int32_t> run(LanguageModel& lm, Drafter* d, const std::vector<int32_t>& prompt, int n, int depth,
+                         GenerateStats* stats, int max_depth = 4) {
+  Generator gen(lm, d);
+  gen.set_clock(fake_clock());
+  GenerateOptions o;
+  o.max_tokens = n;
+  o.draft_depth = depth;
+  o.max_draft_depth = max_depth;
+  o.ignore_eos = true;
+  auto st = lm.new_state();
+  std::vector<int32_t> out;
+  *stats = gen.generate(*st, prompt, o, [&](const TokenEvent& e) {
+    out.push_back(e.token);
+    return true;
+  });
+  return out;
+}
+
+TEST(AdaptiveDepth, FallsToPlainDecodingWhenDraftsDoNotPay) {
+  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-e2b-tiny")));
+  auto ds = ModelSource::from_directory(model_dir("gemma4-e2b-tiny-assistant"));
+  auto drafter = load_drafter(*lm, &ds);
+  auto prompt = ints(fixture_index()["models"]["gemma4-e2b-tiny"]["cases"][0]["prompt"]);
+  GenerateStats s;
+  run(*lm, drafter.get(), prompt, 80, -1, &s);
+  ASSERT_GT(s.depth_trace.size(), 30u);
+  // Random-weight drafts are (almost) never accepted: after a short warm-up the depth stays at 0 or 1
+  // (an occasional probe one deeper is allowed, but never the maximum).
+  int deep = 0;
+  for (size_t i = 12; i < s.depth_trace.size(); i++) deep += s.depth_trace[i] > 1;
+  EXPECT_LE(deep, 3) << "depth kept drafting deep with useless drafts";
+  int tail_zero = 0;
+  for (size_t i = s.depth_trace.size() - 10; i < s.depth_trace.size(); i++) tail_zero += s.depth_trace[i] == 0;
+  EXPECT_GE(tail_zero, 7);
+}
+
+TEST(AdaptiveDepth, ClimbsToTheMaximumWhenDraftsAlwaysAgree) {
+  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")));
+  auto prompt = ints(fixture_index()["models"]["gemma4-dense-tiny"]["cases"][1]["prompt"]);
+  GenerateStats plain_stats;
+  auto plain = run(*lm, nullptr, prompt, 120, 0, &plain_stats);
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), plain.begin(), plain.end());
+  OracleDrafter oracle(seq, lm->info().vocab_size);
+  GenerateStats s;
+  auto out = run(*lm, &oracle, prompt, 120, -1, &s);
+  EXPECT_EQ(out, plain);
+  ASSERT_GT(s.depth_trace.size(), 5u);
+  // The last step is capped by the remaining budget; the rounds before it run at the maximum.
+  const std::vector<int> tail(s.depth_trace.end() - 4, s.depth_trace.end() - 1);
+  EXPECT_EQ(tail, std::vector<int>({4, 4, 4})) << "depth did not climb to the maximum";
+  EXPECT_EQ(s.accepted, s.drafted);
+  EXPECT_GT(s.acceptance_length(), 3.0);
+}
+
+TEST(AdaptiveDepth, RecoversAfterDraftsStartToPay) {
+  // First useless drafts (depth falls), then the oracle on the same controller: depth climbs back.
+  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")));
+  auto ds = ModelSource::from_directory(model_dir("gemma4-dense-tiny-assistant"));
+  auto random_drafter = load_drafter(*lm, &ds);
+  auto prompt = ints(fixture_index()["models"]["gemma4-dense-tiny"]["cases"][1]["prompt"]);
+  DepthController depth(4);
+  auto go = [&](Drafter* d, int n) {
+    Generator gen(*lm, d, &depth);
+    gen.set_clock(fake_clock());
+    GenerateOptions o;
+    o.max_tokens = n;
+    o.ignore_eos = true;
+    auto st = lm->new_state();
+    std::vector<int32_t> out;
+    auto s = gen.generate(*st, prompt, o, [&](const TokenEvent& e) {
+      out.push_back(e.token);
+      return true;
+    });
+    return std::make_pair(out, s);
+  };
+  auto [plain, s0] = go(random_drafter.get(), 150);
+  EXPECT_LE(s0.depth_trace[s0.depth_trace.size() - 2], 1);
+  std::vector<int32_t> seq = prompt;
+  seq.insert(seq.end(), plain.begin(), plain.end());
+  OracleDrafter oracle(seq, lm->info().vocab_size);
+  auto [out, s1] = go(&oracle, 150);
+  EXPECT_EQ(out, plain);
+  EXPECT_GE(s1.depth_trace[s1.depth_trace.size() - 2], 3) << "depth did not recover";
+}
+
+// Wilson-Hilferty approximation of the chi-square upper tail.
+double chi_square_p(double x, int k) {
+  double z = (std::cbrt(x / k) - (1 - 2.0 / (9 * k))) / std::sqrt(2.0 / (9 * k));
+  return 0.5 * std::erfc(z / std::sqrt(2.0));
+}
+
+TEST(SpeculativeSampling, OutputFollowsTheTargetDistributionThroughTheRealLoop) {
+  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")));
+  auto ds = ModelSource::from_directory(model_dir("gemma4-dense-tiny-assistant"));
+  auto drafter = load_drafter(*lm, &ds);
+  const std::vector<int32_t> prompt = {2, 300, 17, 45};
+  const int64_t V = lm->info().vocab_size;
+  GenerateOptions o;
+  // Three tokens: the first is drawn directly, the second goes through one speculative round of depth 1 (depth
+  // is capped so the round's extra token stays within the budget).
+  o.max_tokens = 3;
+  o.draft_depth = 2;
+  o.ignore_eos = true;
+  // A high temperature over the whole vocabulary makes the random drafter's proposals overlap the target's
+  // distribution, so both acceptance and rejection (residual) paths are taken many times.
+  o.sampling.temperature = 2.0f;
+  // p(second | prompt, first) for every first token, computed directly.
+  std::map<int32_t, std::vector<float>> cond;
+  auto target_dist = [&](int32_t first) -> const std::vector<float>& {
+    auto it = cond.find(first);
+    if (it != cond.end()) return it->second;
+    auto st = lm->new_state();
+    std::vector<int32_t> seq = prompt;
+    seq.push_back(first);
+    auto logits = ops::to_vector(lm->forward(*st, seq, 1).logits);
+    Sampler s(o.sampling, V);
+    Distribution d = s.distribution(logits.data());
+    std::vector<float> p(V, 0.0f);
+    for (size_t i = 0; i < d.ids.size(); i++) p[d.ids[i]] = d.probs[i];
+    return cond.emplace(first, p).first->second;
+  };
+  Generator gen(*lm, drafter.get());
+  auto st = lm->new_state();
+  const int N = 20000;
+  std::vector<double> observed(V, 0.0), expected(V, 0.0);
+  int64_t rounds = 0, accepted = 0;
+  for (int i = 0; i < N; i++) {
+    o.sampling.seed = i;
+    std::vector<int32_t> out;
+    auto s = gen.generate(*st, prompt, o, [&](const TokenEvent& e) {
+      out.push_back(e.token);
+      return true;
+    });
+    ASSERT_EQ(out.size(), 3u);
+    rounds += s.rounds;
+    accepted += s.accepted;
+    observed[out[1]] += 1;
+    const auto& p = target_dist(out[0]);
+    for (int64_t t = 0; t < V; t++) expected[t] += p[t];
+  }
+  // Both paths of the acceptance test must have been exercised.
+  EXPECT_GT(rounds, N / 2);
+  EXPECT_GT(accepted, 100);
+  EXPECT_LT(accepted, rounds);
+  double chi = 0;
+  int bins = 0;
+  double pooled_o = 0, pooled_e = 0;
+  for (int64_t t = 0; t < V; t++) {
+    if (expected[t] >= 5) {
+      chi += (observed[t] - expected[t]) * (observed[t] - expected[t]) / expected[t];
+      bins++;
+    } else {
+      pooled_o += observed[t];
+      pooled_e += expected[t];
+    }
+  }
+  if (pooled_e >= 5) {
+    chi += (pooled_o - pooled_e) * (pooled_o - pooled_e) / pooled_e;
+    bins++;
+  }
+  ASSERT_GT(bins, 3);
+  const double p = chi_square_p(chi, bins - 1);
+  EXPECT_GT(p, 0.001) << "chi-square " << chi << " over " << bins << " bins";
+}
+
+}  // namespace
+}  // namespace vatic

@@ -1,0 +1,327 @@
+// OpenAI-compatible API: /v1/chat/completions, /v1/completions, /v1/models.
+#include "chat/types.h"
+#include "server/api.h"
+#include "server/inference.h"
+
+namespace vatic::server {
+
+namespace {
+
+struct OpenAICall {
+  ModelMeta meta;
+  GenRequest g;
+  bool stream = false;
+  bool include_usage = false;
+  std::string id;
+  int64_t created = 0;
+};
+
+// Maps OpenAI sampling fields onto runner options (over the model's PARAMETERs).
+void openai_options(const ordered_json& body, OpenAICall& c) {
+  ordered_json o = ordered_json::object();
+  if (auto v = opt_number(body, "temperature")) o["temperature"] = *v;
+  if (auto v = opt_number(body, "top_p")) o["top_p"] = *v;
+  if (auto v = opt_number(body, "frequency_penalty")) o["frequency_penalty"] = *v;
+  if (auto v = opt_number(body, "presence_penalty")) o["presence_penalty"] = *v;
+  if (auto v = opt_int(body, "seed")) o["seed"] = *v;
+  if (auto v = opt_int(body, "max_completion_tokens")) o["num_predict"] = *v;
+  else if (auto v2 = opt_int(body, "max_tokens")) o["num_predict"] = *v2;
+  if (auto it = body.find("stop"); it != body.end() && !it->is_null()) o["stop"] = *it;
+  // ollama extension: "options" with native names.
+  if (auto it = body.find("options"); it != body.end() && it->is_object())
+    for (const auto& [k, v] : it->items()) o[k] = v;
+  if (auto v = opt_int(body, "n"); v && *v != 1) throw HttpError(400, "n must be 1");
+  if (auto it = body.find("response_format"); it != body.end() && it->is_object()) {
+    std::string type = it->value("type", std::string("text"));
+    if (type != "text") throw HttpError(400, "response_format \"" + type + "\" (JSON mode / structured outputs) is not supported yet");
+  }
+  c.g.options = merge_options(c.meta.params, &o, &c.g.num_ctx);
+  c.g.keep_alive = parse_keep_alive_field(body);
+}
+
+void common(ApiContext& ctx, const ordered_json& body, OpenAICall& c, const char* prefix) {
+  auto model = opt_string(body, "model");
+  if (!model || model->empty()) throw HttpError(400, "model is required");
+  c.meta = model_meta(ctx.store, *model);
+  c.g.model = c.meta.name;
+  c.stream = opt_bool(body, "stream").value_or(false);
+  if (auto it = body.find("stream_options"); it != body.end() && it->is_object())
+    c.include_usage = it->value("include_usage", false);
+  c.id = std::string(prefix) + random_hex(24);
+  c.created = unix_now();
+  openai_options(body, c);
+}
+
+std::string finish_reason(const GenResult& r) {
+  if (r.tool_calls) return "tool_calls";
+  return r.done_reason == "length" ? "length" : "stop";
+}
+
+ordered_json usage(const GenResult& r) {
+  ordered_json u = {{"prompt_tokens", r.prompt_tokens},
+                    {"completion_tokens", r.generated},
+                    {"total_tokens", r.prompt_tokens + r.generated}};
+  u["prompt_tokens_details"] = {{"cached_tokens", r.prompt_reused}};
+  return u;
+}
+
+ordered_json openai_logprobs(const json& runner_lps) {
+  auto bytes_of = [](const std::string& s) {
+    ordered_json b = ordered_json::array();
+    for (unsigned char ch : s) b.push_back(static_cast<int>(ch));
+    return b;
+  };
+  ordered_json content = ordered_json::array();
+  for (const auto& lp : runner_lps) {
+    std::string tok = lp.value("token", std::string());
+    ordered_json top = ordered_json::array();
+    if (lp.contains("top_logprobs"))
+      for (const auto& t : lp["top_logprobs"]) {
+        std::string tt = t.value("token", std::string());
+        top.push_back({{"token", tt}, {"logprob", t.value("logprob", 0.0)}, {"bytes", bytes_of(tt)}});
+      }
+    content.push_back({{"token", tok}, {"logprob", lp.value("logprob", 0.0)}, {"bytes", bytes_of(tok)}, {"top_logprobs", top}});
+  }
+  return content;
+}
+
+ordered_json tool_calls_json(const std::vector<chat::ToolCall>& calls, size_t first_index) {
+  ordered_json out = ordered_json::array();
+  size_t i = first_index;
+  for (const auto& tc : calls) {
+    std::string id = tc.id.empty() ? "call_" + random_hex(16) : tc.id;
+    out.push_back({{"index", i++},
+                   {"id", id},
+                   {"type", "function"},
+                   {"function", {{"name", tc.name}, {"arguments", tc.arguments.dump()}}}});
+  }
+  return out;
+}
+
+std::string sse(const ordered_json& j) { return "data: " + dump(j) + "\n\n"; }
+
+void add_vatic_stats(ordered_json& out, const GenResult& r) {
+  ordered_json ext;
+  add_extension_stats(ext, r);
+  out["vatic"] = ext;
+}
+
+}  // namespace
+
+void register_openai_routes(httplib::Server& svr, ApiContext& ctx) {
+  svr.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, true, [&] {
+      ordered_json body = parse_body(req.body);
+      OpenAICall c;
+      common(ctx, body, c, "chatcmpl-");
+      std::vector<chat::Message> msgs;
+      std::vector<chat::Tool> tools;
+      auto it = body.find("messages");
+      if (it == body.end() || !it->is_array() || it->empty()) throw HttpError(400, "messages must be a non-empty array");
+      for (const auto& m : *it) {
+        if (!m.is_object()) throw HttpError(400, "each message must be an object");
+        if (auto ct = m.find("content"); ct != m.end() && ct->is_array())
+          for (const auto& part : *ct)
+            if (part.is_object() && part.value("type", std::string("text")) != "text")
+              throw HttpError(400, "only text content parts are supported (vatic models are text-only)");
+        msgs.push_back(chat::Message::from_json(m));
+      }
+      if (auto t = body.find("tools"); t != body.end() && !t->is_null()) {
+        if (!t->is_array()) throw HttpError(400, "tools must be an array");
+        for (const auto& x : *t) tools.push_back(chat::Tool::from_json(x));
+      }
+      std::optional<bool> think;
+      std::optional<std::string> effort = opt_string(body, "reasoning_effort");
+      if (auto r = body.find("reasoning"); !effort && r != body.end() && r->is_object())
+        effort = opt_string(*r, "effort");
+      if (effort) {
+        if (*effort == "none") think = false;
+        else if (*effort == "low" || *effort == "medium" || *effort == "high" || *effort == "max" || *effort == "minimal")
+          think = true;
+        else
+          throw HttpError(400, "invalid reasoning_effort \"" + *effort + "\" (none, low, medium, high)");
+      }
+      c.g.logprobs = opt_bool(body, "logprobs").value_or(false);
+      auto top = opt_int(body, "top_logprobs").value_or(0);
+      if (top < 0 || top > 20) throw HttpError(400, "top_logprobs must be between 0 and 20");
+      c.g.top_logprobs = c.g.logprobs ? static_cast<int>(top) : 0;
+      c.g.prompt = render_chat(c.meta, msgs, tools, think, &c.g.parser_options);
+      c.g.parser = c.meta.parser;
+      auto gen = std::make_shared<Generation>(ctx.sched, c.g);
+      auto base = [c](const char* object) {
+        return ordered_json{{"id", c.id}, {"object", object}, {"created", c.created}, {"model", c.meta.name},
+                            {"system_fingerprint", "fp_vatic"}};
+      };
+      if (c.stream) {
+        stream_response(res, "text/event-stream", [gen, c, base](const Writer& write) {
+          size_t tool_index = 0;
+          bool first = true;
+          try {
+            GenResult r = gen->run([&](const GenPiece& p) {
+              ordered_json delta = ordered_json::object();
+              if (first) delta["role"] = "assistant";
+              first = false;
+              delta["content"] = p.content;
+              if (!p.thinking.empty()) {
+                delta["reasoning"] = p.thinking;
+                delta["reasoning_content"] = p.thinking;
+              }
+              if (!p.tool_calls.empty()) {
+                delta["tool_calls"] = tool_calls_json(p.tool_calls, tool_index);
+                tool_index += p.tool_calls.size();
+              }
+              ordered_json choice = {{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", nullptr}};
+              if (!p.logprobs.empty()) choice["logprobs"] = {{"content", openai_logprobs(p.logprobs)}};
+              ordered_json chunk = base("chat.completion.chunk");
+              chunk["choices"] = ordered_json::array({choice});
+              return write(sse(chunk));
+            });
+            if (r.cancelled) return;
+            ordered_json fin = base("chat.completion.chunk");
+            ordered_json delta = ordered_json::object();
+            if (first) delta["role"] = "assistant";
+            delta["content"] = "";
+            fin["choices"] = ordered_json::array(
+                {{{"index", 0}, {"delta", delta}, {"logprobs", nullptr}, {"finish_reason", finish_reason(r)}}});
+            add_vatic_stats(fin, r);
+            if (!write(sse(fin))) return;
+            if (c.include_usage) {
+              ordered_json u = base("chat.completion.chunk");
+              u["choices"] = ordered_json::array();
+              u["usage"] = usage(r);
+              if (!write(sse(u))) return;
+            }
+          } catch (const std::exception& e) {
+            write(sse(ordered_json{{"error", {{"message", e.what()}, {"type", "api_error"}, {"param", nullptr}, {"code", nullptr}}}}));
+          }
+          write("data: [DONE]\n\n");
+        });
+        return;
+      }
+      std::string content, thinking;
+      std::vector<chat::ToolCall> calls;
+      json lps = json::array();
+      GenResult r = gen->run([&](const GenPiece& p) {
+        content += p.content;
+        thinking += p.thinking;
+        calls.insert(calls.end(), p.tool_calls.begin(), p.tool_calls.end());
+        for (const auto& lp : p.logprobs) lps.push_back(lp);
+        return true;
+      });
+      ordered_json msg = {{"role", "assistant"}, {"content", content}};
+      if (!thinking.empty()) {
+        msg["reasoning"] = thinking;
+        msg["reasoning_content"] = thinking;
+      }
+      if (!calls.empty()) msg["tool_calls"] = tool_calls_json(calls, 0);
+      ordered_json choice = {{"index", 0}, {"message", msg}, {"logprobs", nullptr}, {"finish_reason", finish_reason(r)}};
+      if (c.g.logprobs) choice["logprobs"] = {{"content", openai_logprobs(lps)}};
+      ordered_json out = base("chat.completion");
+      out["choices"] = ordered_json::array({choice});
+      out["usage"] = usage(r);
+      add_vatic_stats(out, r);
+      res.set_content(dump(out), "application/json");
+    });
+  });
+
+  svr.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, true, [&] {
+      ordered_json body = parse_body(req.body);
+      OpenAICall c;
+      common(ctx, body, c, "cmpl-");
+      std::string prompt;
+      auto it = body.find("prompt");
+      if (it == body.end() || it->is_null()) throw HttpError(400, "prompt is required");
+      if (it->is_string()) prompt = it->get<std::string>();
+      else if (it->is_array() && it->size() == 1 && (*it)[0].is_string()) prompt = (*it)[0].get<std::string>();
+      else throw HttpError(400, "prompt must be a string (arrays of prompts and token arrays are not supported)");
+      if (prompt.empty()) throw HttpError(400, "prompt must not be empty");
+      if (auto s = opt_string(body, "suffix"); s && !s->empty()) throw HttpError(400, "suffix is not supported");
+      if (body.contains("logprobs") && body["logprobs"].is_number() && body["logprobs"].get<int>() > 0) {
+        c.g.logprobs = true;
+        c.g.top_logprobs = std::min(20, body["logprobs"].get<int>());
+      }
+      // As ollama does: the prompt goes through the model's chat format as one user turn.
+      chat::Message u;
+      u.role = "user";
+      u.content = prompt;
+      if (!c.meta.renderer.empty()) {
+        c.g.prompt = render_chat(c.meta, {u}, {}, false, &c.g.parser_options);
+        c.g.parser = c.meta.parser;
+      } else {
+        c.g.prompt = prompt;
+        c.g.add_special = true;
+      }
+      auto gen = std::make_shared<Generation>(ctx.sched, c.g);
+      auto base = [c]() {
+        return ordered_json{{"id", c.id}, {"object", "text_completion"}, {"created", c.created}, {"model", c.meta.name},
+                            {"system_fingerprint", "fp_vatic"}};
+      };
+      if (c.stream) {
+        stream_response(res, "text/event-stream", [gen, c, base](const Writer& write) {
+          try {
+            GenResult r = gen->run([&](const GenPiece& p) {
+              if (p.content.empty()) return true;
+              ordered_json chunk = base();
+              chunk["choices"] = ordered_json::array({{{"text", p.content}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+              return write(sse(chunk));
+            });
+            if (r.cancelled) return;
+            ordered_json fin = base();
+            fin["choices"] = ordered_json::array({{{"text", ""}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(r)}}});
+            add_vatic_stats(fin, r);
+            if (!write(sse(fin))) return;
+            if (c.include_usage) {
+              ordered_json u = base();
+              u["choices"] = ordered_json::array();
+              u["usage"] = usage(r);
+              if (!write(sse(u))) return;
+            }
+          } catch (const std::exception& e) {
+            write(sse(ordered_json{{"error", {{"message", e.what()}, {"type", "api_error"}, {"param", nullptr}, {"code", nullptr}}}}));
+          }
+          write("data: [DONE]\n\n");
+        });
+        return;
+      }
+      std::string text;
+      GenResult r = gen->run([&](const GenPiece& p) {
+        text += p.content;
+        return true;
+      });
+      ordered_json out = base();
+      out["choices"] = ordered_json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(r)}}});
+      out["usage"] = usage(r);
+      add_vatic_stats(out, r);
+      res.set_content(dump(out), "application/json");
+    });
+  });
+
+  auto model_entry = [](const vatic::ModelInfo& i) {
+    return ordered_json{{"id", i.name},
+                        {"object", "model"},
+                        {"created", std::chrono::duration_cast<std::chrono::seconds>(
+                                        to_system_time(i.modified).time_since_epoch())
+                                        .count()},
+                        {"owned_by", "library"}};
+  };
+  svr.Get("/v1/models", [&ctx, model_entry](const httplib::Request&, httplib::Response& res) {
+    guarded(res, true, [&] {
+      ordered_json data = ordered_json::array();
+      for (const auto& i : ctx.store.list()) data.push_back(model_entry(i));
+      res.set_content(dump(ordered_json{{"object", "list"}, {"data", data}}), "application/json");
+    });
+  });
+  svr.Get(R"(/v1/models/(.+))", [&ctx, model_entry](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, true, [&] {
+      std::string name = req.matches[1];
+      ModelMeta meta = model_meta(ctx.store, name);
+      res.set_content(dump(model_entry(ctx.store.show(meta.name))), "application/json");
+    });
+  });
+  svr.Post("/v1/embeddings", [](const httplib::Request&, httplib::Response& res) {
+    send_error(res, 501, "embeddings are not supported yet", true);
+  });
+}
+
+}  // namespace vatic::server

@@ -1,0 +1,296 @@
+#include "server/inference.h"
+
+#include <httplib.h>
+
+#include <cstdlib>
+
+#include "chat/format.h"
+#include "chat/renderer.h"
+#include "server/util.h"
+#include "store/store.h"
+#include "util/files.h"
+
+namespace vatic::server {
+
+namespace {
+
+double runner_timeout() {
+  if (const char* e = std::getenv("VATIC_RUNNER_TIMEOUT")) {
+    try {
+      double v = parse_duration_text(e);
+      if (v > 0) return v;
+    } catch (const std::exception&) {
+    }
+  }
+  return 600;
+}
+
+// Options the runner understands; the rest of ollama's options are accepted and ignored.
+const char* const kNumberOptions[] = {"temperature",    "top_k",           "top_p",          "min_p",
+                                      "repeat_penalty", "repeat_last_n",   "presence_penalty", "frequency_penalty",
+                                      "seed",           "num_predict",     "draft_num_predict", "draft_depth"};
+const char* const kIgnoredNumberOptions[] = {"typical_p", "num_keep", "num_batch", "num_gpu", "main_gpu",
+                                             "num_thread", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta",
+                                             "penalize_newline"};
+
+}  // namespace
+
+ModelMeta model_meta(const ModelStore& store, const std::string& name) {
+  ModelMeta m;
+  try {
+    m.name = ModelName::parse(name).str();
+  } catch (const InvalidInput& e) {
+    throw HttpError(400, e.what());
+  }
+  if (!store.exists(m.name)) throw HttpError(404, fmt::format("model '{}' not found", name));
+  vatic::ModelInfo info;
+  try {
+    info = store.show(m.name);
+  } catch (const NotFound&) {
+    throw HttpError(404, fmt::format("model '{}' not found", name));
+  }
+  m.renderer = info.renderer;
+  m.parser = info.parser;
+  m.params = info.params.is_object() ? info.params : json::object();
+  m.system = info.system;
+  m.architecture = info.architecture;
+  m.capabilities = info.capabilities;
+  if (m.renderer.empty() || m.parser.empty()) {
+    try {
+      ModelSource src = store.resolve(m.name);
+      json config = json::parse(read_file(src.config));
+      std::string arch = info.architecture;
+      if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty())
+        arch = config["architectures"][0].get<std::string>();
+      chat::ChatFormat f = chat::default_chat_format(arch, config);
+      if (m.renderer.empty()) m.renderer = f.renderer;
+      if (m.parser.empty()) m.parser = f.parser;
+    } catch (const std::exception&) {
+      // No known chat format: raw prompts still work; chat requests will report it.
+    }
+  }
+  return m;
+}
+
+json merge_options(const json& params, const ordered_json* request, int64_t* num_ctx) {
+  json out = json::object();
+  for (const auto& [k, v] : params.items()) out[k] = v;
+  if (request && !request->is_null()) {
+    if (!request->is_object()) throw HttpError(400, "options must be a JSON object");
+    for (const auto& [k, v] : request->items()) {
+      if (v.is_null()) continue;
+      bool numeric = false;
+      for (const char* n : kNumberOptions) numeric |= k == n;
+      for (const char* n : kIgnoredNumberOptions) numeric |= k == n;
+      if (k == "num_ctx") numeric = true;
+      if (numeric && !v.is_number())
+        throw HttpError(400, fmt::format("invalid option \"{}\": must be a number, got {}", k, dump(v)));
+      if (k == "stop") {
+        if (v.is_string()) {
+          out["stop"] = json::array({v.get<std::string>()});
+          continue;
+        }
+        if (!v.is_array()) throw HttpError(400, "invalid option \"stop\": must be a string or an array of strings");
+        for (const auto& s : v)
+          if (!s.is_string()) throw HttpError(400, "invalid option \"stop\": must be a string or an array of strings");
+      }
+      out[k] = json::parse(v.dump());
+    }
+  }
+  if (num_ctx) {
+    *num_ctx = 0;
+    if (out.contains("num_ctx") && out["num_ctx"].is_number()) {
+      double c = out["num_ctx"].get<double>();
+      if (c < 0) throw HttpError(400, "invalid option \"num_ctx\": must be positive");
+      *num_ctx = static_cast<int64_t>(c);
+      if (*num_ctx > 0 && *num_ctx < 16) *num_ctx = 16;
+    }
+  }
+  json runner = json::object();
+  for (const char* n : kNumberOptions)
+    if (out.contains(n)) runner[n] = out[n];
+  if (out.contains("stop")) runner["stop"] = out["stop"];
+  if (out.contains("ignore_eos") && out["ignore_eos"].is_boolean()) runner["ignore_eos"] = out["ignore_eos"];
+  return runner;
+}
+
+std::string render_chat(const ModelMeta& meta, std::vector<chat::Message> messages, const std::vector<chat::Tool>& tools,
+                        std::optional<bool> think, chat::ParserOptions* parser_options) {
+  if (meta.renderer.empty())
+    throw HttpError(400, fmt::format("model '{}' has no chat format (architecture {}); use /api/generate with raw: true",
+                                     meta.name, meta.architecture));
+  bool has_system = false;
+  for (const auto& m : messages) has_system |= m.role == "system" || m.role == "developer";
+  if (!has_system && !meta.system.empty()) {
+    chat::Message s;
+    s.role = "system";
+    s.content = meta.system;
+    messages.insert(messages.begin(), s);
+  }
+  try {
+    auto renderer = chat::make_renderer(meta.renderer);
+    chat::RenderOptions ro;
+    ro.think = think;
+    std::string prompt = renderer->render(messages, tools, ro);
+    if (parser_options) {
+      parser_options->think = think;
+      parser_options->starts_in_thinking = renderer->prompt_opens_thinking(prompt);
+      parser_options->tools = tools;
+    }
+    return prompt;
+  } catch (const InvalidInput& e) {
+    throw HttpError(400, e.what());
+  }
+}
+
+void add_extension_stats(ordered_json& out, const GenResult& r) {
+  out["prompt_cache"] = {{"evaluated", r.prompt_evaluated}, {"reused", r.prompt_reused}};
+  if (r.stats.contains("speculative")) out["speculative"] = ordered_json::parse(r.stats["speculative"].dump());
+}
+
+Generation::Generation(Scheduler& sched, GenRequest req) : req_(std::move(req)) {
+  lease_ = sched.acquire(req_.model, req_.keep_alive, req_.num_ctx);
+  json body = {{"prompt", req_.prompt}, {"add_special", req_.add_special}, {"options", req_.options},
+               {"check_only", true}};
+  httplib::Client cli("127.0.0.1", lease_->port());
+  cli.set_connection_timeout(5, 0);
+  cli.set_read_timeout(60, 0);
+  auto res = cli.Post("/completion", dump(body), "application/json");
+  if (!res) throw HttpError(500, lease_->fail(httplib::to_string(res.error())));
+  if (res->status != 200) {
+    std::string msg = res->body;
+    try {
+      msg = json::parse(res->body).value("error", res->body);
+    } catch (const std::exception&) {
+    }
+    throw HttpError(res->status == 400 ? 400 : 500, msg);
+  }
+  prompt_tokens_ = json::parse(res->body).value("prompt_tokens", int64_t(0));
+}
+
+Generation::~Generation() = default;
+
+double Generation::load_seconds() const { return lease_ ? lease_->load_seconds() : 0; }
+
+GenResult Generation::run(const std::function<bool(const GenPiece&)>& on_piece) {
+  GenResult result;
+  result.load_s = load_seconds();
+  std::unique_ptr<chat::Parser> parser;
+  if (!req_.parser.empty()) {
+    try {
+      parser = chat::make_parser(req_.parser, req_.parser_options);
+    } catch (const InvalidInput& e) {
+      throw HttpError(500, e.what());
+    }
+  }
+  json body = {{"prompt", req_.prompt},
+               {"add_special", req_.add_special},
+               {"options", req_.options},
+               {"logprobs", req_.logprobs},
+               {"top_logprobs", req_.top_logprobs}};
+  bool done = false, stopped = false;
+  std::string runner_error, buffer;
+  int status = 0;
+  auto deliver = [&](chat::ParsedChunk&& c, json lps) -> bool {
+    GenPiece p;
+    p.content = std::move(c.content);
+    p.thinking = std::move(c.thinking);
+    p.tool_calls = std::move(c.tool_calls);
+    if (!p.tool_calls.empty()) result.tool_calls = true;
+    p.logprobs = std::move(lps);
+    if (p.empty()) return true;
+    if (!on_piece(p)) {
+      stopped = true;
+      return false;
+    }
+    return true;
+  };
+  auto handle_line = [&](const std::string& line) -> bool {
+    if (line.empty()) return true;
+    json j;
+    try {
+      j = json::parse(line);
+    } catch (const std::exception&) {
+      return true;
+    }
+    if (j.contains("error")) {
+      runner_error = j["error"].is_string() ? j["error"].get<std::string>() : j["error"].dump();
+      return false;
+    }
+    std::string text = j.value("content", std::string());
+    json lps = json::array();
+    if (j.contains("logprob")) lps.push_back(j["logprob"]);
+    chat::ParsedChunk c;
+    if (parser) {
+      if (!text.empty()) c = parser->feed(text);
+    } else {
+      c.content = std::move(text);
+    }
+    if (j.value("done", false)) {
+      done = true;
+      if (parser) c.append(parser->finish());
+      result.done_reason = j.value("done_reason", std::string("stop"));
+      result.stats = j.value("stats", json::object());
+      deliver(std::move(c), std::move(lps));
+      return false;
+    }
+    return deliver(std::move(c), std::move(lps));
+  };
+  httplib::Client cli("127.0.0.1", lease_->port());
+  cli.set_connection_timeout(5, 0);
+  double rt = runner_timeout();
+  cli.set_read_timeout(static_cast<time_t>(rt), 0);
+  httplib::Request hreq;
+  hreq.method = "POST";
+  hreq.path = "/completion";
+  hreq.body = dump(body);
+  hreq.set_header("Content-Type", "application/json");
+  std::string error_body;
+  hreq.response_handler = [&](const httplib::Response& r) {
+    status = r.status;
+    return true;
+  };
+  hreq.content_receiver = [&](const char* data, size_t len, uint64_t, uint64_t) {
+    if (status != 200) {
+      error_body.append(data, len);
+      return true;
+    }
+    buffer.append(data, len);
+    size_t p;
+    while ((p = buffer.find('\n')) != std::string::npos) {
+      std::string line = buffer.substr(0, p);
+      buffer.erase(0, p + 1);
+      if (!handle_line(line)) return false;
+    }
+    return true;
+  };
+  auto res = cli.send(hreq);
+  if (stopped) {
+    result.cancelled = true;
+    return result;
+  }
+  if (!runner_error.empty()) throw HttpError(500, runner_error);
+  if (done) {
+    const json& s = result.stats;
+    result.prompt_tokens = s.value("prompt_tokens", int64_t(0));
+    result.prompt_evaluated = s.value("prompt_evaluated", int64_t(0));
+    result.prompt_reused = s.value("prompt_reused", int64_t(0));
+    result.generated = s.value("generated", int64_t(0));
+    result.prefill_s = s.value("prefill_seconds", 0.0);
+    result.decode_s = s.value("decode_seconds", 0.0);
+    return result;
+  }
+  if (status != 0 && status != 200) {
+    std::string msg = error_body;
+    try {
+      msg = json::parse(error_body).value("error", error_body);
+    } catch (const std::exception&) {
+    }
+    throw HttpError(status == 400 ? 400 : 500, msg);
+  }
+  std::string why = res ? "the runner closed the stream early" : httplib::to_string(res.error());
+  if (!res && res.error() == httplib::Error::Read) why = fmt::format("no answer from the runner within {:.0f}s", rt);
+  throw HttpError(500, lease_->fail(why));
+}
+
+}  // namespace vatic::server

@@ -1,0 +1,91 @@
+#pragma once
+// One generation request as the API handlers see it: the rendered prompt, runner options, the output parser; and
+// the client side of the runner protocol (see runner/runner.h).
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "chat/parser.h"
+#include "chat/types.h"
+#include "server/scheduler.h"
+#include "util/json.h"
+
+namespace vatic {
+class ModelStore;
+}
+
+namespace vatic::server {
+
+// What the server knows about a stored model, for rendering and defaults.
+struct ModelMeta {
+  std::string name;  // canonical "name:tag"
+  std::string renderer, parser;
+  json params = json::object();  // Modelfile PARAMETERs
+  std::string system;
+  std::string architecture;
+  std::vector<std::string> capabilities;
+};
+// Throws HttpError 404 when the model does not exist, 400 for a malformed name.
+ModelMeta model_meta(const ModelStore& store, const std::string& name);
+
+struct GenRequest {
+  std::string model;
+  std::string prompt;
+  bool add_special = false;  // rendered prompts carry their own <bos>
+  json options = json::object();  // runner options (already merged with the model's PARAMETERs)
+  bool logprobs = false;
+  int top_logprobs = 0;
+  std::optional<double> keep_alive;
+  int64_t num_ctx = 0;
+  // Output parsing (thinking, tool calls); empty parser = raw text.
+  std::string parser;
+  chat::ParserOptions parser_options;
+};
+
+// Merges request options over the model's PARAMETERs into runner options, checking types (HttpError 400).
+// Sets num_ctx from the result.
+json merge_options(const json& params, const ordered_json* request_options, int64_t* num_ctx);
+
+struct GenPiece {
+  std::string content, thinking;
+  std::vector<chat::ToolCall> tool_calls;
+  json logprobs = json::array();  // runner logprob objects of the tokens behind this piece
+  bool empty() const { return content.empty() && thinking.empty() && tool_calls.empty() && logprobs.empty(); }
+};
+
+struct GenResult {
+  std::string done_reason;  // stop / length
+  json stats = json::object();
+  int64_t prompt_tokens = 0, prompt_evaluated = 0, prompt_reused = 0, generated = 0;
+  double prefill_s = 0, decode_s = 0, load_s = 0;
+  bool tool_calls = false;
+  bool cancelled = false;  // the client went away
+};
+
+// Acquire a runner and check the prompt (before any response is sent): errors are HttpError with their status.
+class Generation {
+ public:
+  Generation(Scheduler& sched, GenRequest req);
+  ~Generation();
+  // Streams pieces to `on_piece` (return false to stop: the runner is told by closing the connection).
+  // Throws HttpError 500 when the runner fails mid-way (the message says why).
+  GenResult run(const std::function<bool(const GenPiece&)>& on_piece);
+  int64_t prompt_tokens() const { return prompt_tokens_; }
+  double load_seconds() const;
+
+ private:
+  GenRequest req_;
+  std::unique_ptr<Scheduler::Lease> lease_;
+  int64_t prompt_tokens_ = 0;
+};
+
+// Renders the chat for `meta` (system default from the model); returns the prompt and fills parser options.
+std::string render_chat(const ModelMeta& meta, std::vector<chat::Message> messages, const std::vector<chat::Tool>& tools,
+                        std::optional<bool> think, chat::ParserOptions* parser_options);
+
+// The model's runner-side statistics for the final chunk: {"speculative": ..., "prompt_cache": ...}.
+void add_extension_stats(ordered_json& out, const GenResult& r);
+
+}  // namespace vatic::server

@@ -100,7 +100,7 @@ void register_client_commands(CLI::App& app) {
                 "Enable thinking: --think, --think=false, or a level --think=low|medium|high|max");
   run->add_flag("--nothink", ra->nothink, "Disable thinking");
   run->add_flag("--hidethinking", ra->hide_thinking, "Think (if the model does) but do not show the thinking");
-  run->add_option("--format", ra->format, "Response format (json)");
+  run->add_option("--format", ra->format, "Response format: json, or a JSON schema object");
   run->add_option("--keepalive", ra->keep_alive, "How long the model stays loaded after the request (e.g. 5m, 1h, 0, -1)");
   run->add_flag("--nowordwrap", ra->nowordwrap, "Do not wrap long lines at word boundaries");
   run->add_flag("--interactive", ra->interactive,

@@ -199,7 +199,11 @@ StreamEnd run_turn(const ApiClient& client, Session& s, const std::string& promp
   json body = {{"model", s.model}, {"stream", true}};
   if (!s.options.empty()) body["options"] = s.options;
   if (s.think) body["think"] = *s.think;
-  if (!s.format.empty()) body["format"] = s.format;
+  if (!s.format.empty()) {
+    // "json", or a JSON schema given inline
+    json schema = s.format.front() == '{' ? json::parse(s.format, nullptr, false) : json();
+    body["format"] = schema.is_object() ? schema : json(s.format);
+  }
   if (s.keep_alive) body["keep_alive"] = *s.keep_alive;
   std::string path;
   if (s.use_chat) {

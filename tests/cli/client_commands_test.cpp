@@ -92,7 +92,7 @@ TEST_F(ClientCommands, RunUsesGenerateForModelsWithoutChatFormat) {
   server_.on_stream("/api/generate", {{{{"response", "It was"}, {"done", false}},
                                        {{"response", " a truth"}, {"done", false}},
                                        {{"response", ""}, {"done", true}, {"context", {1, 2, 3}}}}});
-  auto r = vatic({"run", "m", "Once upon a time", "--keepalive", "10m"});
+  auto r = vatic({"run", "m", "Once upon a time", "--keepalive", "10m", "--format", R"({"type":"object"})"});
   EXPECT_EQ(r.exit_code, 0) << r.err;
   EXPECT_EQ(r.out, "It was a truth\n");
   EXPECT_TRUE(server_.requests("/api/chat").empty());
@@ -100,6 +100,7 @@ TEST_F(ClientCommands, RunUsesGenerateForModelsWithoutChatFormat) {
   ASSERT_EQ(reqs.size(), 1u);
   EXPECT_EQ(reqs[0].body["prompt"], "Once upon a time");
   EXPECT_EQ(reqs[0].body["keep_alive"], "10m");
+  EXPECT_EQ(reqs[0].body["format"], json::parse(R"({"type":"object"})"));
 }
 
 TEST_F(ClientCommands, VerbosePrintsOllamaStatsAndSpeculativeStats) {

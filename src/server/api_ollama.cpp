@@ -126,7 +126,8 @@ ordered_json ollama_logprob(const json& lp) {
 void add_metrics(ordered_json& out, const GenResult& r, Clock::time_point t0) {
   out["total_duration"] = to_ns(std::chrono::duration<double>(Clock::now() - t0).count());
   out["load_duration"] = to_ns(r.load_s);
-  out["prompt_eval_count"] = r.prompt_tokens;
+  // As ollama: the prompt tokens the model evaluated; those the prefix cache supplied are in prompt_cache.reused.
+  out["prompt_eval_count"] = r.prompt_evaluated;
   out["prompt_eval_duration"] = to_ns(r.prefill_s);
   out["eval_count"] = r.generated;
   out["eval_duration"] = to_ns(r.decode_s);

@@ -89,6 +89,10 @@ TEST_F(Api, GenerateNonStreamingAndSpeculativeStats) {
   ASSERT_TRUE(r2);
   json j2 = json::parse(r2->body);
   EXPECT_GT(j2["prompt_cache"]["reused"].get<int64_t>(), 0) << j2;
+  // prompt_eval_count counts the evaluated tokens only (as ollama); the reused ones are reported apart.
+  EXPECT_EQ(j2["prompt_eval_count"].get<int64_t>() + j2["prompt_cache"]["reused"].get<int64_t>(),
+            j["prompt_eval_count"].get<int64_t>() + j["prompt_cache"]["reused"].get<int64_t>());
+  EXPECT_LT(j2["prompt_eval_count"].get<int64_t>(), j["prompt_eval_count"].get<int64_t>());
   EXPECT_EQ(j2["response"], j["response"]);  // greedy by default
 }
 

@@ -33,8 +33,8 @@ class Backend {
 
   // y[T, N] = x[T, K] · Wᵀ (+ y if accumulate). x F32 contiguous; y F32.
   virtual void matmul(const Tensor& x, const Linear& w, const Tensor& y, bool accumulate) = 0;
-  // out[i, :] = table[ids[i], :] * scale, as F32. ids I32 [n].
-  virtual void embedding(const Tensor& table, const Tensor& ids, float scale, const Tensor& out) = 0;
+  // out[i, :] = table[ids[i], :] * scale, as F32 (quantized tables are dequantized row by row). ids I32 [n].
+  virtual void embedding(const Linear& table, const Tensor& ids, float scale, const Tensor& out) = 0;
   // Over the last dimension: y = x * (mean(x²) + eps)^(-1/2) * (w or 1). x may be [.., D] with any leading dims.
   virtual void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) = 0;
   // In place on x [T, H, D]: rotate pairs by angle pos[t] * inv_freq[i], i < inv_freq.numel().

@@ -108,7 +108,8 @@ void register_debug_commands(CLI::App& app) {
       if (!draft->empty()) {
         ModelSource ds = resolve_model_arg(*draft);
         drafter = load_drafter(*lm, &ds);
-      } else if (src.draft) {
+      } else {
+        // The store's attached drafter, or MTP layers inside the checkpoint itself (null when neither).
         drafter = load_drafter(*lm, src.draft.get());
       }
       GenerateOptions o = *opts;

@@ -69,6 +69,8 @@ GenerateStats Engine::generate(const std::vector<int32_t>& prompt, const Generat
     // ...or a longer one from the prefix cache.
     auto m = prefix_->lookup(prompt);
     if (m.snapshot && static_cast<size_t>(m.length) > lcp && m.length < static_cast<int64_t>(prompt.size())) {
+      // A drafter with state of its own followed the old live sequence: keep only what the restored one shares.
+      if (drafter_) drafter_->rewind(static_cast<int64_t>(lcp));
       live_->restore(m.snapshot);
       live_tokens_.assign(prompt.begin(), prompt.begin() + m.length);
       lcp = static_cast<size_t>(m.length);

@@ -32,7 +32,7 @@ class Engine {
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
 
-  const ModelInfo& info() const { return info_; }
+  const ModelTraits& info() const { return info_; }
   const ModelSource& source() const { return source_; }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }  // null when the model ships none
   bool has_drafter() const { return has_drafter_; }
@@ -62,7 +62,7 @@ class Engine {
   std::vector<int32_t> live_tokens_;  // what live_ holds
   std::unique_ptr<PrefixCache> prefix_;
   std::unique_ptr<DepthController> depth_;  // persists across requests
-  ModelInfo info_;
+  ModelTraits info_;
   bool has_drafter_ = false;
   int64_t num_ctx_ = 0;
   std::atomic<size_t> kv_bytes_{0};

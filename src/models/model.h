@@ -12,7 +12,7 @@
 
 namespace vatic {
 
-struct ModelInfo {
+struct ModelTraits {
   std::string architecture;
   int64_t vocab_size = 0;
   int64_t hidden_size = 0;
@@ -47,7 +47,7 @@ struct ForwardResult {
 class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
-  virtual const ModelInfo& info() const = 0;
+  virtual const ModelTraits& info() const = 0;
   virtual std::unique_ptr<SequenceState> new_state() const = 0;
   // Runs `tokens` at positions state.length() ..; appends to the caches; returns the last n_out rows.
   // With all_hidden, `hidden` holds every row of the forward (drafters with their own caches consume them).

@@ -29,7 +29,11 @@ Linear load_linear(const TensorStore& ts, const std::string& base, int64_t out, 
 }
 
 Linear load_stacked(const TensorStore& ts, const std::string& name, int64_t experts, int64_t out, int64_t in) {
-  return load_any(ts, name, name, {experts, out, in});
+  // Gemma 4 names stacked experts without ".weight" (experts.gate_up_proj); stores that stack per-expert
+  // tensors keep it (mlp.experts.gate_proj.weight). Scales and biases sit beside the base name either way.
+  const std::string suffix = ".weight";
+  const bool has_suffix = name.size() > suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0;
+  return load_any(ts, name, has_suffix ? name.substr(0, name.size() - suffix.size()) : name, {experts, out, in});
 }
 
 Tensor load_f32(const TensorStore& ts, const std::string& name, const Shape& shape) {

@@ -43,10 +43,15 @@ Tensor matmul(const Tensor& x, const Linear& w) {
 }
 void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y) { backend_of(x).matmul(x, w, y, true); }
 
-Tensor embedding(const Tensor& table, const Tensor& ids_, float scale) {
-  Tensor out = empty_like(table, {ids_.numel(), table.dim(-1)});
-  backend_of(table).embedding(table, ids_, scale, out);
+Tensor embedding(const Linear& table, const Tensor& ids_, float scale) {
+  Tensor out = empty_like(table.weight, {ids_.numel(), table.in_features()});
+  backend_of(table.weight).embedding(table, ids_, scale, out);
   return out;
+}
+Tensor embedding(const Tensor& table, const Tensor& ids_, float scale) {
+  Linear l;
+  l.weight = table;
+  return embedding(l, ids_, scale);
 }
 Tensor rms_norm(const Tensor& x, const Tensor& w, float eps) {
   Tensor xc = contiguous(x);

@@ -23,6 +23,7 @@ void copy_into(const Tensor& src, const Tensor& dst);
 // x [T, K] -> [T, N]
 Tensor matmul(const Tensor& x, const Linear& w);
 void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y);
+Tensor embedding(const Linear& table, const Tensor& ids, float scale = 1.0f);
 Tensor embedding(const Tensor& table, const Tensor& ids, float scale = 1.0f);
 // Over the last dim; w may be undefined for the weight-less variant.
 Tensor rms_norm(const Tensor& x, const Tensor& w, float eps);

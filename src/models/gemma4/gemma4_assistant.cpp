@@ -23,7 +23,7 @@ Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig conf
   pre_projection_ = load_linear(ts, "pre_projection", Ha, 2 * BH);
   post_projection_ = load_linear(ts, "post_projection", BH, Ha);
   final_norm_ = load_f32(ts, tc.tensor_prefix + "norm.weight", {Ha});
-  embed_ = ts.require(tc.tensor_prefix + "embed_tokens.weight", {V, Ha});
+  embed_ = load_linear(ts, tc.tensor_prefix + "embed_tokens", V, Ha);
   if (cfg_.use_ordered_embeddings) {
     centroids_ = load_linear(ts, "masked_embedding.centroids", cfg_.num_centroids, Ha);
     Tensor ord = ops::to_host(ts.require("masked_embedding.token_ordering", {V}));
@@ -63,7 +63,7 @@ Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig conf
 
 Tensor Gemma4Assistant::head(const Tensor& y) {
   const int64_t V = cfg_.text.vocab_size;
-  if (!cfg_.use_ordered_embeddings) return ops::matmul(y, Linear{embed_, {}, {}, 0, 0});
+  if (!cfg_.use_ordered_embeddings) return ops::matmul(y, embed_);
   // Centroid-masked head: score clusters, keep the top ones, score only their tokens; the rest are -inf.
   const int64_t per = V / cfg_.num_centroids;
   Tensor cv, ci;

@@ -29,7 +29,7 @@ class Gemma4Assistant final : public Drafter {
   std::vector<int> donors_;  // target layer whose cache each layer reads
   Linear pre_projection_, post_projection_;
   Tensor final_norm_;
-  Tensor embed_;  // [V, Ha] tied LM head
+  Linear embed_;  // [V, Ha] tied LM head
   Linear centroids_;
   std::vector<int32_t> token_ordering_;
 };

@@ -24,13 +24,13 @@ Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorSt
   const TensorStore& ts = *weights_;
   const std::string& P = cfg_.tensor_prefix;
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
-  embed_tokens_ = ts.require(P + "embed_tokens.weight", {V, H});
-  lm_head_.weight = embed_tokens_;
+  embed_tokens_ = load_linear(ts, P + "embed_tokens", V, H);
+  lm_head_ = embed_tokens_;
   if (!cfg_.tie_word_embeddings && ts.has("lm_head.weight")) lm_head_ = load_linear(ts, "lm_head", V, H);
   final_norm_ = load_f32(ts, P + "norm.weight", {H});
   const int L = cfg_.num_layers, PL = cfg_.hidden_size_per_layer_input;
   if (PL > 0) {
-    embed_per_layer_ = ts.require(P + "embed_tokens_per_layer.weight", {cfg_.vocab_size_per_layer_input, L * PL});
+    embed_per_layer_ = load_linear(ts, P + "embed_tokens_per_layer", cfg_.vocab_size_per_layer_input, L * PL);
     ple_model_proj_ = load_linear(ts, P + "per_layer_model_projection", L * PL, H);
     ple_norm_ = load_f32(ts, P + "per_layer_projection_norm.weight", {PL});
   }

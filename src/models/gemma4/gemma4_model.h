@@ -31,7 +31,7 @@ class Gemma4Model final : public LanguageModel {
  public:
   Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorStore> weights);
 
-  const ModelInfo& info() const override { return info_; }
+  const ModelTraits& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_state() const override;
   ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
                         bool all_hidden = false) override;
@@ -54,11 +54,12 @@ class Gemma4Model final : public LanguageModel {
 
   Gemma4TextConfig cfg_;
   std::shared_ptr<const TensorStore> weights_;
-  ModelInfo info_;
-  Tensor embed_tokens_;  // [V, H] as stored
+  ModelTraits info_;
+  Linear embed_tokens_;  // [V, H], also the tied LM head
   Linear lm_head_;
   Tensor final_norm_;
-  Tensor embed_per_layer_, ple_norm_;
+  Linear embed_per_layer_;
+  Tensor ple_norm_;
   Linear ple_model_proj_;
   std::vector<Gemma4Layer> layers_;
 };

@@ -47,7 +47,7 @@ class Glm4MoeLiteModel final : public LanguageModel {
  public:
   Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<const TensorStore> weights);
 
-  const ModelInfo& info() const override { return info_; }
+  const ModelTraits& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_state() const override;
   ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
                         bool all_hidden = false) override;
@@ -72,7 +72,7 @@ class Glm4MoeLiteModel final : public LanguageModel {
 
   Glm4MoeLiteConfig cfg_;
   std::shared_ptr<const TensorStore> weights_;
-  ModelInfo info_;
+  ModelTraits info_;
   Tensor embed_tokens_;  // [V, H] as stored
   Linear lm_head_;
   Tensor final_norm_;

@@ -257,15 +257,21 @@ class CpuBackend final : public Backend {
     }
   }
 
-  void embedding(const Tensor& table, const Tensor& ids, float scale, const Tensor& out) override {
-    const int64_t n = ids.numel(), D = table.dim(-1), V = table.dim(0);
+  void embedding(const Linear& w, const Tensor& ids, float scale, const Tensor& out) override {
+    const Tensor& table = w.weight;
+    const int64_t n = ids.numel(), D = w.in_features(), V = w.out_features();
     VATIC_CHECK(out.dim(0) == n && out.dim(1) == D, "embedding: output {} for {} ids of width {}", out.describe(), n, D);
     const int32_t* id = ids.data<int32_t>();
     const size_t es = dtype_size(table.dtype());
     for (int64_t i = 0; i < n; i++) {
       VATIC_CHECK(id[i] >= 0 && id[i] < V, "token id {} is outside the vocabulary of {}", id[i], V);
-      const uint8_t* src = static_cast<const uint8_t*>(table.raw()) + id[i] * table.stride(0) * es;
       float* dst = row_f32(out, i);
+      if (w.quantized()) {
+        dequant_row(w, id[i], dst, D);
+        for (int64_t j = 0; j < D; j++) dst[j] *= scale;
+        continue;
+      }
+      const uint8_t* src = static_cast<const uint8_t*>(table.raw()) + id[i] * table.stride(0) * es;
       if (table.dtype() == DType::BF16) {
         const uint16_t* s = reinterpret_cast<const uint16_t*>(src);
         for (int64_t j = 0; j < D; j++) dst[j] = bf16_to_f32(s[j]) * scale;

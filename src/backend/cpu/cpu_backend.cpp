@@ -12,6 +12,10 @@
 namespace vatic {
 namespace {
 
+// Below about a million multiply-adds (a few hundred microseconds on one core) waking the other threads costs more
+// than it saves, and far more when the machine is busy with other work.
+constexpr int64_t kMinParallelWork = int64_t{1} << 20;
+
 using cpu::kernels;
 
 inline float load_scalar(const Tensor& t, const uint8_t* p) {
@@ -156,7 +160,7 @@ class CpuBackend final : public Backend {
     const int64_t TB = 64;
     for (int64_t t0 = 0; t0 < T; t0 += TB) {
       const int64_t t1 = std::min(T, t0 + TB);
-      const bool big = N * K * (t1 - t0) > (1 << 16);
+      const bool big = N * K * (t1 - t0) > kMinParallelWork;
 #pragma omp parallel if (big)
       {
         std::vector<float> wrow(K);
@@ -188,7 +192,7 @@ class CpuBackend final : public Backend {
   template <typename F>
   static void parallel_rows(int64_t N, int64_t work, F&& f) {
     constexpr int64_t kAlign = 16;
-    int nt = work > (1 << 16) ? omp_get_max_threads() : 1;
+    int nt = work > kMinParallelWork ? omp_get_max_threads() : 1;
     nt = static_cast<int>(std::min<int64_t>(nt, (N + kAlign - 1) / kAlign));
     if (nt <= 1) {
       f(int64_t{0}, N);
@@ -242,7 +246,7 @@ class CpuBackend final : public Backend {
       parallel_rows(N, N * K * T, [&](int64_t n0, int64_t n1) { k.qgemm(a, n0, n1); });
       return;
     }
-#pragma omp parallel if (N * K * T > (1 << 16))
+#pragma omp parallel if (N * K * T > kMinParallelWork)
     {
       std::vector<float> wrow(K);
 #pragma omp for schedule(static)
@@ -344,7 +348,7 @@ class CpuBackend final : public Backend {
     const int32_t* kp = k_pos.data<int32_t>();
     const int64_t group = Hq / Hkv;
     const auto& kk = kernels();
-#pragma omp parallel if (T * Hq * S * D > (1 << 15))
+#pragma omp parallel if (T * Hq * S * D > kMinParallelWork)
     {
       std::vector<float> sc(S);
       std::vector<float> acc(Dv);

@@ -379,7 +379,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
       std::optional<bool> think = parse_think(body);
       c.empty = prompt.empty();
       if (!c.empty) {
-        if (raw) {
+        if (raw || c.meta.renderer == kRawRenderer) {
           c.g.prompt = prompt;
           c.g.add_special = true;
         } else {
@@ -462,7 +462,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
                            {a + ".context_length", i.context_length},
                            {a + ".embedding_length", i.embedding_length}};
       out["capabilities"] = i.capabilities;
-      out["renderer"] = meta.renderer;
+      out["renderer"] = meta.renderer == kRawRenderer ? "" : meta.renderer;
       out["parser"] = meta.parser;
       out["modified_at"] = rfc3339(to_system_time(i.modified));
       if (i.draft.present)

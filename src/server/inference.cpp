@@ -2,6 +2,7 @@
 
 #include <httplib.h>
 
+#include <algorithm>
 #include <cstdlib>
 
 #include "chat/format.h"
@@ -55,7 +56,8 @@ ModelMeta model_meta(const ModelStore& store, const std::string& name) {
   m.system = info.system;
   m.architecture = info.architecture;
   m.capabilities = info.capabilities;
-  if (m.renderer.empty() || m.parser.empty()) {
+  // RENDERER raw marks a plain completion model (no chat format): prompts pass through as they are.
+  if (m.renderer != kRawRenderer && (m.renderer.empty() || m.parser.empty())) {
     try {
       ModelSource src = store.resolve(m.name);
       json config = json::parse(read_file(src.config));
@@ -116,7 +118,7 @@ json merge_options(const json& params, const ordered_json* request, int64_t* num
 
 std::string render_chat(const ModelMeta& meta, std::vector<chat::Message> messages, const std::vector<chat::Tool>& tools,
                         std::optional<bool> think, chat::ParserOptions* parser_options) {
-  if (meta.renderer.empty())
+  if (meta.renderer.empty() || meta.renderer == kRawRenderer)
     throw HttpError(400, fmt::format("model '{}' has no chat format (architecture {}); use /api/generate with raw: true",
                                      meta.name, meta.architecture));
   bool has_system = false;
@@ -154,9 +156,15 @@ Generation::Generation(Scheduler& sched, GenRequest req) : req_(std::move(req)) 
                {"check_only", true}};
   httplib::Client cli("127.0.0.1", lease_->port());
   cli.set_connection_timeout(5, 0);
-  cli.set_read_timeout(60, 0);
+  const double timeout = std::min(60.0, runner_timeout());
+  cli.set_read_timeout(static_cast<time_t>(std::max(1.0, timeout)), 0);
   auto res = cli.Post("/completion", dump(body), "application/json");
-  if (!res) throw HttpError(500, lease_->fail(httplib::to_string(res.error())));
+  if (!res) {
+    std::string why = res.error() == httplib::Error::Read
+                          ? fmt::format("no answer from the runner within {:.0f}s", timeout)
+                          : httplib::to_string(res.error());
+    throw HttpError(500, lease_->fail(why));
+  }
   if (res->status != 200) {
     std::string msg = res->body;
     try {

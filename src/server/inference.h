@@ -18,6 +18,9 @@ class ModelStore;
 
 namespace vatic::server {
 
+// The renderer name of a plain completion model (Modelfile `RENDERER raw`): no chat format, prompts pass through.
+inline constexpr const char* kRawRenderer = "raw";
+
 // What the server knows about a stored model, for rendering and defaults.
 struct ModelMeta {
   std::string name;  // canonical "name:tag"

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <deque>
+#include <functional>
 #include <thread>
 
 #include "util/error.h"
@@ -203,10 +204,10 @@ std::string RunnerProcess::exit_description() const {
   return "exited";
 }
 
-std::string RunnerProcess::last_error() const {
+std::string RunnerProcess::last_error(bool or_last_line) const {
   std::lock_guard<std::mutex> lk(s_->mu);
   if (!s_->errors.empty()) return s_->errors.back();
-  if (!s_->lines.empty()) return s_->lines.back();
+  if (or_last_line && !s_->lines.empty()) return s_->lines.back();
   return "";
 }
 

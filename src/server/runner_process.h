@@ -30,8 +30,8 @@ class RunnerProcess {
   bool wait_exit(double timeout_s);
   // "exit status 1" / "killed by signal 9"; empty while running.
   std::string exit_description() const;
-  // The last error-like stderr lines (or the last line), for messages.
-  std::string last_error() const;
+  // The last error-like stderr line; with `or_last_line`, the last line when there was none.
+  std::string last_error(bool or_last_line = true) const;
 
   // SIGTERM, then SIGKILL after `grace_s`; waits for the exit.
   void stop(double grace_s = 5.0);

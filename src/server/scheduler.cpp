@@ -152,7 +152,8 @@ std::string Scheduler::Lease::fail(const std::string& what) {
   // Give the reaper a moment to see a crash, so the message can say how the runner ended.
   bool exited = p->wait_exit(1.0);
   if (!exited) p->kill_now();
-  std::string last = p->last_error();
+  // After a crash the last line usually says why; a hung runner's last line is just its last log.
+  std::string last = p->last_error(exited);
   std::string msg = exited ? fmt::format("runner for model '{}' stopped unexpectedly ({})", slot_->name,
                                          p->exit_description())
                            : fmt::format("runner for model '{}' failed: {}", slot_->name, what);

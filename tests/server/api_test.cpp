@@ -509,6 +509,26 @@ TEST(ApiLimits, QueueOverflowGets503AndLruEviction) {
   EXPECT_EQ(server.stop(), 0) << server.log();
 }
 
+TEST(ApiLimits, HungRunnerTimesOutAndIsReplaced) {
+  ServerProcess server(Env{{"VATIC_RUNNER_TIMEOUT", "1s"}});
+  auto c = server.client();
+  json req = {{"model", "tiny"}, {"prompt", "hi"}, {"stream", false}, {"options", {{"num_predict", 2}}}};
+  ASSERT_EQ(c.Post("/api/generate", req.dump(), "application/json")->status, 200);
+  json p = json::parse(c.Get("/api/ps")->body);
+  int pid = p["models"][0]["runner"]["pid"];
+  ASSERT_EQ(::kill(pid, SIGSTOP), 0);  // the runner stops answering
+  auto r = c.Post("/api/generate", req.dump(), "application/json");
+  ASSERT_TRUE(r);
+  EXPECT_EQ(r->status, 500);
+  std::string err = json::parse(r->body)["error"];
+  EXPECT_NE(err.find("no answer from the runner"), std::string::npos) << err;
+  auto again = c.Post("/api/generate", req.dump(), "application/json");
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200) << again->body;
+  json p2 = json::parse(c.Get("/api/ps")->body);
+  EXPECT_NE(p2["models"][0]["runner"]["pid"].get<int>(), pid);
+}
+
 TEST(ApiLimits, DefaultKeepAliveFromEnvironment) {
   ServerProcess server(Env{{"VATIC_KEEP_ALIVE", "1s"}});
   auto c = server.client();

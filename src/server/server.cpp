@@ -120,6 +120,8 @@ int run_server(const ServerOptions& options) {
       send_error(res, 413, "request body too large (the limit is 32 MiB)", openai);
     else if (res.status == 404)
       send_error(res, 404, fmt::format("{} {}: no such endpoint", req.method, req.path), openai);
+    else if (res.status == 400)
+      send_error(res, 400, fmt::format("{} {}: no such endpoint, or a malformed request", req.method, req.path), openai);
     else if (res.status == 405)
       send_error(res, 405, fmt::format("method {} not allowed on {}", req.method, req.path), openai);
     else

@@ -469,7 +469,9 @@ TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
 TEST(Embedding, Bf16RowsScaled) {
   Tensor table = random_tensor({50, 33}, DType::BF16);
   Tensor out = Tensor::empty({3, 33}, DType::F32);
-  cpu_backend().embedding(table, Tensor::from_ints({4, 0, 49}, {3}), 2.0f, out);
+  Linear l;
+  l.weight = table;
+  cpu_backend().embedding(l, Tensor::from_ints({4, 0, 49}, {3}), 2.0f, out);
   const int ids[] = {4, 0, 49};
   for (int i = 0; i < 3; i++)
     for (int64_t j = 0; j < 33; j++) EXPECT_EQ(at(out, {i, j}), 2.0 * at(table, {ids[i], j}));

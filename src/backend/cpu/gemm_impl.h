@@ -39,6 +39,13 @@ inline void dense_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw, in
     typename V::vec wv[NR];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) wv[r] = V::load_w(w + r * ldw + k);
+    if constexpr (V::W > 1 && TR <= 2) {
+      // Decode / short verify: prefetch the same inputs of the next tile's rows so DRAM streams stay busy across
+      // short rows (hardware prefetchers ramp up too slowly on 1.5–3 KB rows). A prefetch never faults.
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; r++)
+        __builtin_prefetch(reinterpret_cast<const char*>(w + (r + NR) * ldw + k) + 256, 0, 0);
+    }
 #pragma GCC unroll 8
     for (int t = 0; t < TR; t++) {
       typename V::vec xv = V::loadx(x + t * ldx + k);
@@ -132,6 +139,10 @@ inline void quant_tile(const cpu::QGemmArgs& A, const float* x, const uint8_t* q
     }
     for (int64_t c = g0; c < g0 + group; c += 32) {
       const uint8_t* qc = q + c * BITS / 8;
+      if constexpr (V::W > 1 && TR <= 2) {
+#pragma GCC unroll 8
+        for (int r = 0; r < NR; r++) __builtin_prefetch(qc + (r + NR) * ldq + 128, 0, 0);
+      }
 #pragma GCC unroll 32
       for (int v = 0; v < NV; v++) {
         typename V::vec wv[NR];

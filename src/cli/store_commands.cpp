@@ -87,6 +87,8 @@ void print_show(const ModelInfo& i) {
   std::printf("    %-20s %lld\n", "context length", static_cast<long long>(i.context_length));
   std::printf("    %-20s %lld\n", "embedding length", static_cast<long long>(i.embedding_length));
   std::printf("    %-20s %s\n", "quantization", i.quantization.c_str());
+  if (i.kv_bytes_per_token > 0)
+    std::printf("    %-20s %lld bytes\n", "kv cache / token", static_cast<long long>(i.kv_bytes_per_token));
   if (i.draft.present) {
     std::printf("\n  Draft\n");
     std::printf("    %-20s %s\n", "architecture", i.draft.architecture.c_str());

@@ -711,10 +711,17 @@ ModelInfo ModelStore::create(const std::string& name, const Modelfile& mf, const
       Gemma4TextConfig c = Gemma4TextConfig::parse(target.config, target.label);
       cfg["context_length"] = c.max_position_embeddings;
       cfg["embedding_length"] = c.hidden_size;
+      // K and V (f32) of every KV-owning full-attention layer; sliding layers stop growing at the window.
+      int64_t kv = 0;
+      for (const auto& l : c.layers)
+        if (!l.kv_shared && !l.is_sliding) kv += 2 * int64_t{l.num_kv_heads} * l.head_dim * 4;
+      cfg["kv_bytes_per_token"] = kv;
     } else {
       Glm4MoeLiteConfig c = Glm4MoeLiteConfig::parse(target.config, target.label);
       cfg["context_length"] = c.max_position_embeddings;
       cfg["embedding_length"] = c.hidden_size;
+      // MLA caches only the latent and the shared rotary key (f32).
+      cfg["kv_bytes_per_token"] = int64_t{c.num_layers} * (c.kv_lora_rank + c.qk_rope_head_dim) * 4;
     }
     std::vector<std::string> caps{"completion"};
     if (parser == "gemma4" || parser == "glm-4.7") caps.insert(caps.end(), {"tools", "thinking"});

@@ -211,6 +211,7 @@ ModelInfo ModelStore::show(const std::string& name) const {
   info.parameter_count = cfg.value("parameter_count", int64_t{0});
   info.context_length = cfg.value("context_length", int64_t{0});
   info.embedding_length = cfg.value("embedding_length", int64_t{0});
+  info.kv_bytes_per_token = cfg.value("kv_bytes_per_token", int64_t{0});
   info.quantization = cfg.value("quantization", "");
   info.capabilities = cfg.value("capabilities", std::vector<std::string>{});
   info.renderer = cfg.value("renderer", "");

@@ -121,6 +121,7 @@ struct ModelInfo {
   int64_t parameter_count = 0;  // elements of the logical (unquantized) tensors
   int64_t context_length = 0;
   int64_t embedding_length = 0;
+  int64_t kv_bytes_per_token = 0;  // KV cache growth per context token (full-attention layers, f32)
   std::string quantization;  // lowest-bit type used ("int4" / "int8") or the source dtype
   std::vector<std::string> capabilities;
   std::string renderer, parser;

@@ -42,6 +42,8 @@ TEST_F(StoreModels, UnquantizedReproducesTheReferenceLogitsAndTokens) {
   create("e2b", "");
   ModelSource src = store_->resolve("e2b");
   ASSERT_TRUE(src.draft);
+  // gemma4-e2b-tiny: the only KV-owning full layer is 4 (layer 9 shares its cache): one KV head of 32, K and V, f32.
+  EXPECT_EQ(store_->show("e2b").kv_bytes_per_token, 2 * 1 * 32 * 4);
   auto lm = load_language_model(src);
   TensorStore ref(fixtures() / "models" / "gemma4-e2b-tiny.reference.safetensors");
   const auto& cases = fixture_index()["models"]["gemma4-e2b-tiny"]["cases"];

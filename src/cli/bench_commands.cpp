@@ -613,6 +613,10 @@ void register_bench_commands(CLI::App& app) {
   cmd->add_flag("--kernels", o->kernels, "Matmul kernel throughput (bf16 / int8 / int4, decode to prefill sizes)");
   cmd->add_option("--bandwidth-mib", o->bw_mib, "Array size of the bandwidth test in MiB (default 1024)");
   cmd->callback([o] {
+    // Refuse bad options before the (seconds-long) bandwidth test.
+    if (!o->random.empty() && o->random != "e2b")
+      throw InvalidInput(fmt::format("--random: unknown shape \"{}\" (supported: e2b)", o->random));
+    parse_quant_type(o->quantize, "--quantize");
     Bandwidth bw = measure_bandwidth(o->bw_mib << 20, 10);
     print_bandwidth(bw);
     if (o->bandwidth) return;

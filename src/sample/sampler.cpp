@@ -95,19 +95,21 @@ Distribution Sampler::distribution(const float* raw, const std::vector<int32_t>&
     d.probs = {1.0f};
     return d;
   }
-  std::vector<int32_t> ids(vocab_);
-  std::iota(ids.begin(), ids.end(), 0);
+  // Candidates: the top-k (or every token that can be drawn). Sorting is only needed for top-p.
   auto by_logit = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
-  if (opt_.top_k > 0 && opt_.top_k < vocab_) {
-    std::partial_sort(ids.begin(), ids.begin() + opt_.top_k, ids.end(), by_logit);
-    ids.resize(opt_.top_k);
-  } else {
-    std::sort(ids.begin(), ids.end(), by_logit);
-  }
-  // Drop tokens that can never be drawn (masked with -inf, e.g. outside a drafter's centroid set).
-  while (!ids.empty() && !std::isfinite(l[ids.back()])) ids.pop_back();
+  std::vector<int32_t> ids;
+  ids.reserve(static_cast<size_t>(vocab_));
+  for (int32_t i = 0; i < vocab_; i++)
+    if (std::isfinite(l[i])) ids.push_back(i);  // -inf: masked (e.g. outside a drafter's centroid set)
   VATIC_CHECK(!ids.empty(), "sampling from logits that are all -inf");
-  const double mx = l[ids[0]];
+  const bool nucleus = opt_.top_p > 0 && opt_.top_p < 1;
+  if (opt_.top_k > 0 && opt_.top_k < static_cast<int64_t>(ids.size())) {
+    std::nth_element(ids.begin(), ids.begin() + opt_.top_k - 1, ids.end(), by_logit);
+    ids.resize(opt_.top_k);
+  }
+  if (nucleus) std::sort(ids.begin(), ids.end(), by_logit);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (int32_t i : ids) mx = std::max(mx, static_cast<double>(l[i]));
   std::vector<double> p(ids.size());
   double sum = 0;
   for (size_t i = 0; i < ids.size(); i++) {
@@ -115,29 +117,31 @@ Distribution Sampler::distribution(const float* raw, const std::vector<int32_t>&
     sum += p[i];
   }
   for (auto& v : p) v /= sum;
-  size_t keep = ids.size();
-  if (opt_.top_p > 0 && opt_.top_p < 1) {
+  std::vector<char> keep(ids.size(), 1);
+  if (nucleus) {
+    // Sorted descending: keep a token while the mass before it is below top_p (the crossing token stays).
     double cum = 0;
     for (size_t i = 0; i < ids.size(); i++) {
-      if (cum >= opt_.top_p) {
-        keep = i;
-        break;
-      }
+      if (cum >= opt_.top_p) keep[i] = 0;
       cum += p[i];
     }
   }
   if (opt_.min_p > 0) {
-    const double floor = opt_.min_p * p[0];
-    size_t k = 0;
-    while (k < keep && p[k] >= floor) k++;
-    keep = std::max<size_t>(k, 1);
+    double best = 0;
+    for (size_t i = 0; i < ids.size(); i++)
+      if (keep[i]) best = std::max(best, p[i]);
+    for (size_t i = 0; i < ids.size(); i++)
+      if (p[i] < opt_.min_p * best) keep[i] = 0;
   }
   double total = 0;
-  for (size_t i = 0; i < keep; i++) total += p[i];
+  for (size_t i = 0; i < ids.size(); i++)
+    if (keep[i]) total += p[i];
   total = std::max(total, 1e-20);
-  d.ids.assign(ids.begin(), ids.begin() + keep);
-  d.probs.resize(keep);
-  for (size_t i = 0; i < keep; i++) d.probs[i] = static_cast<float>(p[i] / total);
+  for (size_t i = 0; i < ids.size(); i++) {
+    if (!keep[i]) continue;
+    d.ids.push_back(ids[i]);
+    d.probs.push_back(static_cast<float>(p[i] / total));
+  }
   return d;
 }
 

@@ -23,7 +23,7 @@ class Backend {
   virtual Device device() const = 0;
   virtual const char* name() const = 0;
 
-  // Memory.
+  // Memory. empty() makes an output buffer: its content is unspecified until an operation writes it.
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
   virtual Tensor upload(const Tensor& host) = 0;    // copy of a host tensor on this device
   virtual Tensor download(const Tensor& t) = 0;     // contiguous host copy

@@ -17,6 +17,8 @@ void KvCache::reallocate(int64_t capacity) {
   Backend& be = backend_for(device_);
   Tensor k = be.empty({capacity, heads_, head_dim_}, DType::F32);
   Tensor v = be.empty({capacity, heads_, value_dim_}, DType::F32);
+  be.fill(k, 0.0f);  // empty slots are masked out, but keep them finite
+  be.fill(v, 0.0f);
   std::vector<int32_t> pos(capacity, -1);
   const int64_t old_cap = capacity_;
   std::vector<int32_t> old_pos = pos_;

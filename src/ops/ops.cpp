@@ -7,7 +7,12 @@ namespace vatic::ops {
 Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
 
 Tensor empty_like(const Tensor& t, const Shape& shape, DType dtype) { return backend_of(t).empty(shape, dtype); }
-Tensor zeros(const Shape& shape, Device device) { return backend_for(device).empty(shape, DType::F32); }
+Tensor zeros(const Shape& shape, Device device) {
+  Backend& be = backend_for(device);
+  Tensor t = be.empty(shape, DType::F32);
+  be.fill(t, 0.0f);
+  return t;
+}
 
 Tensor ids(const std::vector<int32_t>& values, Device device) {
   return backend_for(device).upload(Tensor::from_ints(values, {static_cast<int64_t>(values.size())}));

@@ -17,18 +17,20 @@ namespace vatic {
 namespace {
 class HostStorage : public Storage {
  public:
-  explicit HostStorage(size_t bytes) : Storage(nullptr, bytes, Device::CPU, false) {
+  HostStorage(size_t bytes, bool zero) : Storage(nullptr, bytes, Device::CPU, false) {
     size_t rounded = (bytes + 63) / 64 * 64;
     if (rounded == 0) rounded = 64;
     data_ = std::aligned_alloc(64, rounded);
     if (!data_) throw std::bad_alloc();
-    std::memset(data_, 0, rounded);
+    if (zero) std::memset(data_, 0, rounded);
   }
   ~HostStorage() override { std::free(data_); }
 };
 }  // namespace
 
-std::shared_ptr<Storage> host_storage(size_t bytes) { return std::make_shared<HostStorage>(bytes); }
+std::shared_ptr<Storage> host_storage(size_t bytes, bool zero) {
+  return std::make_shared<HostStorage>(bytes, zero);
+}
 
 MappedFile::MappedFile(const std::filesystem::path& path)
     : Storage(nullptr, 0, Device::CPU, true), path_(path) {

@@ -25,8 +25,8 @@ class Storage {
   bool read_only_;
 };
 
-// Zero-initialised, 64-byte aligned host memory.
-std::shared_ptr<Storage> host_storage(size_t bytes);
+// 64-byte aligned host memory, zero-filled unless the caller will overwrite all of it anyway.
+std::shared_ptr<Storage> host_storage(size_t bytes, bool zero = true);
 
 // A whole file mapped read-only. Sub-ranges become tensor storage without copying.
 class MappedFile : public Storage {

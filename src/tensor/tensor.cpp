@@ -39,6 +39,10 @@ Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   return Tensor(host_storage(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype)), dtype, shape);
 }
 
+Tensor Tensor::uninitialized(const Shape& shape, DType dtype) {
+  return Tensor(host_storage(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype), false), dtype, shape);
+}
+
 Tensor Tensor::from_floats(const std::vector<float>& values, const Shape& shape) {
   VATIC_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape), "from_floats: {} values for shape {}",
               values.size(), shape_str(shape));

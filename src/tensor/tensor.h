@@ -26,6 +26,8 @@ class Tensor {
 
   // New contiguous zero-filled tensor (host memory for Device::CPU).
   static Tensor empty(const Shape& shape, DType dtype, Device device = Device::CPU);
+  // Like empty() without the zero fill, for outputs an operation writes completely.
+  static Tensor uninitialized(const Shape& shape, DType dtype);
   static Tensor from_floats(const std::vector<float>& values, const Shape& shape);
   static Tensor from_ints(const std::vector<int32_t>& values, const Shape& shape);
 

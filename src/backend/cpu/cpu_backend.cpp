@@ -94,7 +94,7 @@ class CpuBackend final : public Backend {
   Device device() const override { return Device::CPU; }
   const char* name() const override { return "cpu"; }
 
-  Tensor empty(const Shape& shape, DType dtype) override { return Tensor::empty(shape, dtype, Device::CPU); }
+  Tensor empty(const Shape& shape, DType dtype) override { return Tensor::uninitialized(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }
   Tensor download(const Tensor& t) override {
     if (t.is_contiguous()) return t;

@@ -1,7 +1,7 @@
-// Decode throughput of a random-weight GLM4-MoE-Lite with GLM-4.7-Flash widths at reduced depth. Skipped unless
-// VATIC_GLM_BENCH is set (it writes several GB of weights):
-//   VATIC_GLM_BENCH=1 [VATIC_GLM_BENCH_LAYERS=4] [VATIC_GLM_BENCH_DIR=/tmp/glm-bench] [VATIC_GLM_BENCH_TOKENS=32]
-//     test_models --gtest_filter=Glm4Bench.*
+// Decode throughput of a random-weight GLM4-MoE-Lite with GLM-4.7-Flash widths at reduced depth. Disabled (it
+// writes several GB of weights and asserts nothing); run it by hand:
+//   [VATIC_GLM_BENCH_LAYERS=4] [VATIC_GLM_BENCH_DIR=/tmp/glm-bench] [VATIC_GLM_BENCH_TOKENS=32]
+//     test_models --gtest_also_run_disabled_tests --gtest_filter='Glm4Bench.*'
 // The model directory is kept (and reused when its config matches) so that repeated runs skip the generation.
 #include <gtest/gtest.h>
 
@@ -128,8 +128,9 @@ void write_model(const fs::path& dir, const json& cfg) {
   std::ofstream(dir / "config.json") << cfg.dump(2);  // last: marks the directory complete
 }
 
-TEST(Glm4Bench, RandomFlashWidthsDecode) {
-  if (!std::getenv("VATIC_GLM_BENCH")) GTEST_SKIP() << "set VATIC_GLM_BENCH=1 to run";
+// A benchmark, not a test: disabled so ctest never runs it; run it with
+// test_models --gtest_also_run_disabled_tests --gtest_filter='Glm4Bench.*'.
+TEST(Glm4Bench, DISABLED_RandomFlashWidthsDecode) {
   const int layers = env_int("VATIC_GLM_BENCH_LAYERS", 4), n = env_int("VATIC_GLM_BENCH_TOKENS", 32);
   const char* d = std::getenv("VATIC_GLM_BENCH_DIR");
   const fs::path dir = d && *d ? fs::path(d) : fs::temp_directory_path() / "vatic-glm-bench";

@@ -36,7 +36,7 @@ Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig conf
     const auto& lc = tc.layer(i);
     auto& l = layers_[i];
     const std::string p = tc.layer_prefix(i);
-    const int64_t nh = tc.num_attention_heads, d = lc.head_dim, I = lc.intermediate_size;
+    const int64_t nh = tc.num_attention_heads, d = lc.head_dim;
     const int donor = lc.is_sliding ? target_cfg.last_owner_sliding : target_cfg.last_owner_full;
     if (donor < 0)
       throw InvalidInput(fmt::format("the target has no KV-owning {} layer for the drafter to read",
@@ -46,18 +46,7 @@ Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig conf
           "drafter layer {} (head dim {}, {} KV heads) does not fit target layer {} (head dim {}, {} KV heads)", i, d,
           lc.num_kv_heads, donor, target_cfg.layer(donor).head_dim, target_cfg.layer(donor).num_kv_heads));
     donors_.push_back(donor);
-    l.input_ln = load_f32(ts, p + "input_layernorm.weight", {Ha});
-    l.post_attn_ln = load_f32(ts, p + "post_attention_layernorm.weight", {Ha});
-    l.pre_ff_ln = load_f32(ts, p + "pre_feedforward_layernorm.weight", {Ha});
-    l.post_ff_ln = load_f32(ts, p + "post_feedforward_layernorm.weight", {Ha});
-    l.q = load_linear(ts, p + "self_attn.q_proj", nh * d, Ha);
-    l.o = load_linear(ts, p + "self_attn.o_proj", Ha, nh * d);
-    l.q_norm = load_f32(ts, p + "self_attn.q_norm.weight", {d});
-    l.gate = load_linear(ts, p + "mlp.gate_proj", I, Ha);
-    l.up = load_linear(ts, p + "mlp.up_proj", I, Ha);
-    l.down = load_linear(ts, p + "mlp.down_proj", Ha, I);
-    l.layer_scalar = ts.has(p + "layer_scalar") ? load_scalar(ts, p + "layer_scalar") : 1.0f;
-    l.inv_freq = Gemma4Model::rope_frequencies(lc.rope, d);
+    l = Gemma4Model::load_layer(ts, p, lc, nh, Ha);
   }
 }
 

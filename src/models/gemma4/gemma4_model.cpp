@@ -19,6 +19,25 @@ Tensor Gemma4Model::rope_frequencies(const RopeConfig& rope, int head_dim) {
   return ops::floats(f);
 }
 
+Gemma4Layer Gemma4Model::load_layer(const TensorStore& ts, const std::string& p, const Gemma4LayerConfig& lc,
+                                    int64_t heads, int64_t hidden) {
+  Gemma4Layer l;
+  const int64_t H = hidden, d = lc.head_dim, I = lc.intermediate_size;
+  l.input_ln = load_f32(ts, p + "input_layernorm.weight", {H});
+  l.post_attn_ln = load_f32(ts, p + "post_attention_layernorm.weight", {H});
+  l.pre_ff_ln = load_f32(ts, p + "pre_feedforward_layernorm.weight", {H});
+  l.post_ff_ln = load_f32(ts, p + "post_feedforward_layernorm.weight", {H});
+  l.q = load_linear(ts, p + "self_attn.q_proj", heads * d, H);
+  l.o = load_linear(ts, p + "self_attn.o_proj", H, heads * d);
+  l.q_norm = load_f32(ts, p + "self_attn.q_norm.weight", {d});
+  l.gate = load_linear(ts, p + "mlp.gate_proj", I, H);
+  l.up = load_linear(ts, p + "mlp.up_proj", I, H);
+  l.down = load_linear(ts, p + "mlp.down_proj", H, I);
+  l.layer_scalar = ts.has(p + "layer_scalar") ? load_scalar(ts, p + "layer_scalar") : 1.0f;
+  l.inv_freq = rope_frequencies(lc.rope, lc.head_dim);
+  return l;
+}
+
 Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorStore> weights)
     : cfg_(std::move(config)), weights_(std::move(weights)) {
   const TensorStore& ts = *weights_;
@@ -39,23 +58,13 @@ Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorSt
     const auto& lc = cfg_.layer(i);
     auto& l = layers_[i];
     const std::string p = cfg_.layer_prefix(i);
-    const int64_t nh = cfg_.num_attention_heads, d = lc.head_dim, nkv = lc.num_kv_heads;
-    l.input_ln = load_f32(ts, p + "input_layernorm.weight", {H});
-    l.post_attn_ln = load_f32(ts, p + "post_attention_layernorm.weight", {H});
-    l.pre_ff_ln = load_f32(ts, p + "pre_feedforward_layernorm.weight", {H});
-    l.post_ff_ln = load_f32(ts, p + "post_feedforward_layernorm.weight", {H});
-    l.q = load_linear(ts, p + "self_attn.q_proj", nh * d, H);
-    l.o = load_linear(ts, p + "self_attn.o_proj", H, nh * d);
-    l.q_norm = load_f32(ts, p + "self_attn.q_norm.weight", {d});
+    const int64_t d = lc.head_dim, nkv = lc.num_kv_heads;
+    l = load_layer(ts, p, lc, cfg_.num_attention_heads, H);
     if (!lc.kv_shared) {
       l.k = load_linear(ts, p + "self_attn.k_proj", nkv * d, H);
       if (!lc.k_eq_v) l.v = load_linear(ts, p + "self_attn.v_proj", nkv * d, H);
       l.k_norm = load_f32(ts, p + "self_attn.k_norm.weight", {d});
     }
-    const int64_t I = lc.intermediate_size;
-    l.gate = load_linear(ts, p + "mlp.gate_proj", I, H);
-    l.up = load_linear(ts, p + "mlp.up_proj", I, H);
-    l.down = load_linear(ts, p + "mlp.down_proj", H, I);
     if (cfg_.enable_moe_block) {
       const int64_t E = cfg_.num_experts, MI = cfg_.moe_intermediate_size;
       l.pre_ff_ln2 = load_f32(ts, p + "pre_feedforward_layernorm_2.weight", {H});
@@ -72,8 +81,6 @@ Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorSt
       l.ple_proj = load_linear(ts, p + "per_layer_projection", H, PL);
       l.post_ple_norm = load_f32(ts, p + "post_per_layer_input_norm.weight", {H});
     }
-    l.layer_scalar = ts.has(p + "layer_scalar") ? load_scalar(ts, p + "layer_scalar") : 1.0f;
-    l.inv_freq = rope_frequencies(lc.rope, lc.head_dim);
   }
 
   info_.architecture = architecture_name(cfg_.arch);

@@ -46,6 +46,9 @@ class Gemma4Model final : public LanguageModel {
                                   const Tensor& positions, float eps);
   static Tensor mlp(const Gemma4Layer& l, const Tensor& y);
   static Tensor rope_frequencies(const RopeConfig& rope, int head_dim);
+  // What every Gemma 4 layer has: norms, Q/O projections and Q norm, the dense MLP, layer_scalar, RoPE table.
+  static Gemma4Layer load_layer(const TensorStore& ts, const std::string& prefix, const Gemma4LayerConfig& lc,
+                                int64_t heads, int64_t hidden);
 
  private:
   Tensor attention_block(int i, const Tensor& a, const Tensor& positions, KvState& st);

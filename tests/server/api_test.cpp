@@ -545,3 +545,36 @@ TEST(ApiLimits, DefaultKeepAliveFromEnvironment) {
 
 }  // namespace
 }  // namespace vatic::test
+
+namespace vatic::test {
+namespace {
+
+// GLM-4.7-Flash architecture (int8) through the server: the GLM chat format with thinking on and off.
+TEST_F(Api, GlmChatThinkingOnAndOff) {
+  auto show = post("/api/show", {{"model", "glm"}});
+  ASSERT_TRUE(show);
+  ASSERT_EQ(show->status, 200) << show->body;
+  EXPECT_EQ(json::parse(show->body)["renderer"], "glm-4.7");
+  json req = {{"model", "glm"},
+              {"messages", json::array({{{"role", "user"}, {"content", "Hello"}}})},
+              {"stream", false},
+              {"options", {{"num_predict", 10}, {"temperature", 0}}}};
+  req["think"] = true;
+  auto on = post("/api/chat", req);
+  ASSERT_TRUE(on);
+  ASSERT_EQ(on->status, 200) << on->body;
+  json a = json::parse(on->body);
+  // The prompt opens <think>: what the model writes is thinking until it closes it.
+  EXPECT_FALSE(a["message"].value("thinking", "").empty()) << on->body;
+  EXPECT_EQ(a["eval_count"], 10);
+  req["think"] = false;
+  auto off = post("/api/chat", req);
+  ASSERT_TRUE(off);
+  ASSERT_EQ(off->status, 200) << off->body;
+  json b = json::parse(off->body);
+  EXPECT_TRUE(b["message"].value("thinking", "").empty()) << off->body;
+  EXPECT_FALSE(b["message"].value("content", "").empty()) << off->body;
+}
+
+}  // namespace
+}  // namespace vatic::test

@@ -54,7 +54,8 @@ inline fs::path shared_store() {
     char tmpl[] = "/tmp/vatic-server-test-XXXXXX";
     fs::path dir = ::mkdtemp(tmpl);
     ModelStore store(dir / "models");
-    auto create = [&](const std::string& name, const std::string& from, const std::string& draft) {
+    auto create = [&](const std::string& name, const std::string& from, const std::string& draft,
+                      const std::string& quantize = "") {
       Modelfile m;
       m.from.text = from;
       m.from.path = fixture_model(from);
@@ -62,11 +63,14 @@ inline fs::path shared_store() {
         m.draft.text = draft;
         m.draft.path = fixture_model(draft);
       }
-      store.create(name, m);
+      CreateOptions o;
+      o.quantize = quantize;
+      store.create(name, m, o);
     };
     create("tiny", "gemma4-e2b-tiny", "gemma4-e2b-tiny-assistant");
     create("dense", "gemma4-dense-tiny", "gemma4-dense-tiny-assistant");
     create("plain", "gemma4-dense-tiny", "");
+    create("glm", "glm4-moe-lite-tiny", "", "int8");
     static struct Cleanup {
       fs::path dir;
       ~Cleanup() {

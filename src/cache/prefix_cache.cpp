@@ -1,6 +1,7 @@
 #include "cache/prefix_cache.h"
 
-#include <functional>
+#include <utility>
+#include <vector>
 
 namespace vatic {
 
@@ -59,14 +60,18 @@ void PrefixCache::insert(const std::vector<int32_t>& tokens, std::shared_ptr<con
   entries_++;
 }
 
+// The trie is as deep as the longest stored sequence (tens of thousands of tokens), so these walks use explicit
+// stacks rather than recursion.
 void PrefixCache::evict_until_fits(size_t incoming) {
   while (used_ + incoming > budget_ && entries_ > 0) {
     Node* oldest = nullptr;
-    std::function<void(Node&)> walk = [&](Node& n) {
-      if (n.snapshot && (!oldest || n.last_used < oldest->last_used)) oldest = &n;
-      for (auto& [_, c] : n.children) walk(*c);
-    };
-    walk(root_);
+    std::vector<Node*> stack = {&root_};
+    while (!stack.empty()) {
+      Node* n = stack.back();
+      stack.pop_back();
+      if (n->snapshot && (!oldest || n->last_used < oldest->last_used)) oldest = n;
+      for (auto& [_, c] : n->children) stack.push_back(c.get());
+    }
     if (!oldest) break;
     used_ -= oldest->bytes;
     entries_--;
@@ -76,18 +81,39 @@ void PrefixCache::evict_until_fits(size_t incoming) {
   prune(root_);
 }
 
-bool PrefixCache::prune(Node& n) {
-  for (auto it = n.children.begin(); it != n.children.end();) {
-    if (prune(*it->second))
-      it = n.children.erase(it);
-    else
-      ++it;
+bool PrefixCache::prune(Node& root) {
+  // Post-order: children are visited before their parent, so an emptied branch disappears in one pass.
+  std::vector<std::pair<Node*, bool>> stack = {{&root, false}};
+  while (!stack.empty()) {
+    auto [n, expanded] = stack.back();
+    stack.pop_back();
+    if (!expanded) {
+      stack.push_back({n, true});
+      for (auto& [_, c] : n->children) stack.push_back({c.get(), false});
+      continue;
+    }
+    for (auto it = n->children.begin(); it != n->children.end();) {
+      Node& c = *it->second;
+      if (c.children.empty() && !c.snapshot)
+        it = n->children.erase(it);
+      else
+        ++it;
+    }
   }
-  return n.children.empty() && !n.snapshot;
+  return root.children.empty() && !root.snapshot;
 }
 
 void PrefixCache::clear() {
+  // Free node by node: destroying a deep chain of unique_ptrs would recurse once per token.
+  std::vector<std::unique_ptr<Node>> pending;
+  for (auto& [_, c] : root_.children) pending.push_back(std::move(c));
   root_.children.clear();
+  while (!pending.empty()) {
+    std::unique_ptr<Node> n = std::move(pending.back());
+    pending.pop_back();
+    for (auto& [_, c] : n->children) pending.push_back(std::move(c));
+    n->children.clear();
+  }
   root_.snapshot.reset();
   used_ = 0;
   entries_ = 0;

@@ -12,6 +12,9 @@ namespace vatic {
 class PrefixCache {
  public:
   explicit PrefixCache(size_t budget_bytes) : budget_(budget_bytes) {}
+  ~PrefixCache() { clear(); }
+  PrefixCache(const PrefixCache&) = delete;
+  PrefixCache& operator=(const PrefixCache&) = delete;
 
   struct Match {
     std::shared_ptr<const void> snapshot;  // null when nothing matched

@@ -136,3 +136,21 @@ TEST(EngineMemory, PrefixCacheStaysUnderASmallBudget) {
 
 }  // namespace
 }  // namespace vatic
+
+namespace vatic {
+namespace {
+
+TEST(PrefixCache, VeryLongSequencesDoNotRecurse) {
+  // A trie as deep as a long context: insert, evict and destroy without deep recursion.
+  std::vector<int32_t> a(200000), b(200000);
+  for (size_t i = 0; i < a.size(); i++) a[i] = static_cast<int32_t>(i % 1000), b[i] = static_cast<int32_t>(i % 997);
+  auto c = std::make_unique<PrefixCache>(100);
+  c->insert(a, std::make_shared<int>(1), 60);
+  c->insert(b, std::make_shared<int>(2), 60);  // evicts a (prunes its 200000-node branch)
+  EXPECT_EQ(c->lookup(a).length, 0);
+  EXPECT_EQ(c->lookup(b).length, static_cast<int64_t>(b.size()));
+  c.reset();  // destroys b's branch
+}
+
+}  // namespace
+}  // namespace vatic

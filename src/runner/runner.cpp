@@ -152,6 +152,10 @@ class Runner {
     if (!o.is_object()) throw InvalidInput("options must be an object");
     GenerateOptions& g = c.gen;
     SamplerOptions& s = g.sampling;
+    // ollama's public defaults for options a request (and the Modelfile) leaves out.
+    s.temperature = 0.8f;
+    s.top_k = 40;
+    s.top_p = 0.9f;
     g.max_tokens = get_number<int>(o, "num_predict", -1);
     if (g.max_tokens < 0) g.max_tokens = -1;
     s.temperature = get_number<float>(o, "temperature", s.temperature);

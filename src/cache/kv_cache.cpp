@@ -108,15 +108,12 @@ void FullKvCache::reserve_for(int64_t extra) {
 KvSnapshot FullKvCache::snapshot() const {
   KvSnapshot s;
   s.length = length_;
-  s.keys = ops::contiguous(keys_.slice(0, 0, length_));
-  s.values = ops::contiguous(values_.slice(0, 0, length_));
-  // contiguous() of a view is the view itself; copy so later appends cannot change the snapshot.
+  // A copy, not a view: later appends must not change the snapshot.
   Backend& be = backend_for(device_);
-  Tensor k = be.empty(s.keys.shape(), DType::F32), v = be.empty(s.values.shape(), DType::F32);
-  be.copy(s.keys, k);
-  be.copy(s.values, v);
-  s.keys = k;
-  s.values = v;
+  s.keys = be.empty({length_, heads_, head_dim_}, DType::F32);
+  s.values = be.empty({length_, heads_, value_dim_}, DType::F32);
+  be.copy(keys_.slice(0, 0, length_), s.keys);
+  be.copy(values_.slice(0, 0, length_), s.values);
   s.positions.resize(length_);
   for (int64_t i = 0; i < length_; i++) s.positions[i] = static_cast<int32_t>(i);
   return s;

@@ -47,21 +47,8 @@ std::function<double()> fake_clock() {
 }
 
 std::vector<int32_t> run(LanguageModel& lm, Drafter* d, const std::vector<int32_t>& prompt, int n, int depth,
-                         GenerateStats* stats, int max_depth = 4) {
-  Generator gen(lm, d);
-  gen.set_clock(fake_clock());
-  GenerateOptions o;
-  o.max_tokens = n;
-  o.draft_depth = depth;
-  o.max_draft_depth = max_depth;
-  o.ignore_eos = true;
-  auto st = lm.new_state();
-  std::vector<int32_t> out;
-  *stats = gen.generate(*st, prompt, o, [&](const TokenEvent& e) {
-    out.push_back(e.token);
-    return true;
-  });
-  return out;
+                         GenerateStats* stats) {
+  return decode(lm, d, prompt, n, depth, stats, 4, fake_clock());
 }
 
 TEST(AdaptiveDepth, FallsToPlainDecodingWhenDraftsDoNotPay) {

@@ -44,21 +44,8 @@ std::vector<int32_t> greedy_drafts(Pair& p, const std::vector<int32_t>& context,
 }
 
 std::vector<int32_t> generate(Pair& p, const std::vector<int32_t>& prompt, int max_tokens, int depth,
-                              GenerateStats* stats_out = nullptr, bool speculative = true) {
-  Generator gen(*p.target, speculative ? p.drafter.get() : nullptr);
-  GenerateOptions o;
-  o.max_tokens = max_tokens;
-  o.draft_depth = depth;
-  o.max_draft_depth = 6;
-  o.ignore_eos = true;
-  auto st = p.target->new_state();
-  std::vector<int32_t> out;
-  GenerateStats s = gen.generate(*st, prompt, o, [&](const TokenEvent& ev) {
-    out.push_back(ev.token);
-    return true;
-  });
-  if (stats_out) *stats_out = s;
-  return out;
+                              GenerateStats* stats = nullptr, bool speculative = true) {
+  return decode(*p.target, speculative ? p.drafter.get() : nullptr, prompt, max_tokens, depth, stats, 6);
 }
 
 class AssistantFixture : public ::testing::TestWithParam<std::string> {};

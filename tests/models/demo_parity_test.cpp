@@ -2,7 +2,6 @@
 // continuations, and speculative decoding with its trained drafter reproducing them token for token.
 #include <gtest/gtest.h>
 
-#include "engine/generator.h"
 #include "formats/model_source.h"
 #include "models/fixture_util.h"
 #include "models/loader.h"
@@ -22,22 +21,6 @@ const json& references() {
   return j;
 }
 
-std::vector<int32_t> decode_greedy(LanguageModel& lm, Drafter* d, const std::vector<int32_t>& prompt, int n, int depth,
-                                   GenerateStats* stats) {
-  Generator gen(lm, d);
-  GenerateOptions o;
-  o.max_tokens = n;
-  o.draft_depth = depth;
-  o.ignore_eos = true;
-  auto st = lm.new_state();
-  std::vector<int32_t> out;
-  *stats = gen.generate(*st, prompt, o, [&](const TokenEvent& e) {
-    out.push_back(e.token);
-    return true;
-  });
-  return out;
-}
-
 TEST(DemoModel, TokenizerMatchesTheReferencePrompts) {
   Tokenizer tok = Tokenizer::load(demo_dir("gemma4-demo"));
   for (const auto& c : references()["cases"])
@@ -53,8 +36,8 @@ TEST(DemoModel, GreedyAndSpeculativeContinuationsMatchTransformers) {
     auto prompt = ints(c["prompt_ids"]);
     auto want = ints(c["greedy"]);
     GenerateStats plain_stats, spec_stats;
-    EXPECT_EQ(decode_greedy(*lm, nullptr, prompt, static_cast<int>(want.size()), 0, &plain_stats), want);
-    EXPECT_EQ(decode_greedy(*lm, drafter.get(), prompt, static_cast<int>(want.size()), 4, &spec_stats), want);
+    EXPECT_EQ(decode(*lm, nullptr, prompt, static_cast<int>(want.size()), 0, &plain_stats), want);
+    EXPECT_EQ(decode(*lm, drafter.get(), prompt, static_cast<int>(want.size()), 4, &spec_stats), want);
     rounds += spec_stats.rounds;
     accepted += spec_stats.accepted;
   }

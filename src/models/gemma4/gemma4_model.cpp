@@ -4,6 +4,7 @@
 #include <numeric>
 
 #include "models/weights.h"
+#include "quant/format.h"
 #include "ops/ops.h"
 
 namespace vatic {
@@ -94,7 +95,12 @@ Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorSt
     if (name.rfind(P, 0) != 0) continue;
     Tensor t = ts.get(name);
     info_.weight_bytes += t.nbytes();
-    info_.parameter_count += t.dtype() == DType::U32 ? t.numel() * 32 / 8 : t.numel();  // refined by quant info
+    // Packed quantized weights hold 32/bits values per word; their scales and biases are not parameters.
+    const bool aux = name.ends_with(".scales") || name.ends_with(".biases");
+    if (t.dtype() == DType::U32)
+      info_.parameter_count += t.numel() * 32 / quant_spec_of(ts, name).bits;
+    else if (!aux)
+      info_.parameter_count += t.numel();
   }
   size_t per_token = 0;
   for (int i = 0; i < L; i++) {

@@ -558,13 +558,19 @@ TEST_F(StoreTest, KillNineDuringCreate) {
     ::waitpid(pid, &status, 0);
     return status;
   };
-  auto t0 = std::chrono::steady_clock::now();
-  int st = run("calibrate", -1);
-  ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "create failed: status " << st;
-  int full_us = static_cast<int>(
-      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - t0).count());
-  store_->remove("calibrate");
-  ASSERT_EQ(blob_count(), 0u);
+  // Kill times are drawn over the duration of a whole create: take the fastest of three (the first run pays for
+  // cold caches), so most kills land while the create is still running.
+  int full_us = INT32_MAX;
+  for (int c = 0; c < 3; c++) {
+    auto t0 = std::chrono::steady_clock::now();
+    int st = run("calibrate", -1);
+    ASSERT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0) << "create failed: status " << st;
+    full_us = std::min(full_us, static_cast<int>(std::chrono::duration_cast<std::chrono::microseconds>(
+                                                      std::chrono::steady_clock::now() - t0)
+                                                      .count()));
+    store_->remove("calibrate");
+    ASSERT_EQ(blob_count(), 0u);
+  }
   std::mt19937 rng(1234);
   int killed = 0;
   for (int i = 0; i < 20; ++i) {
@@ -580,7 +586,7 @@ TEST_F(StoreTest, KillNineDuringCreate) {
   }
   EXPECT_GT(killed, 8);
   // a complete create afterwards works and removes the dead processes' temp files
-  st = run("final", -1);
+  int st = run("final", -1);
   EXPECT_TRUE(WIFEXITED(st) && WEXITSTATUS(st) == 0);
   expect_consistent();
   for (const auto& e : fs::recursive_directory_iterator(store_->root()))

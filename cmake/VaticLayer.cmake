@@ -4,6 +4,10 @@
 function(vatic_layer name)
   cmake_parse_arguments(L "" "" "DEPS;LIBS" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/src/${name}/*.cpp)
+  # Device backends other than the CPU build only when their toolkit is there (src/backend/cuda/: CUDA).
+  if(NOT VATIC_WITH_CUDA)
+    list(FILTER srcs EXCLUDE REGEX "/cuda/")
+  endif()
   if(srcs)
     add_library(vatic_${name} STATIC ${srcs})
     target_include_directories(vatic_${name} PUBLIC ${PROJECT_SOURCE_DIR}/src)
@@ -22,13 +26,18 @@ function(vatic_layer name)
   endif()
 endfunction()
 
-# vatic_layer_tests(NAME [DEPS layer...] [LIBS target...])
-# One GoogleTest binary per layer from tests/NAME/*.cpp, registered with ctest.
+# vatic_layer_tests(NAME [ON_DEVICE] [DEPS layer...] [LIBS target...])
+# One GoogleTest binary per layer from tests/NAME/*.cpp, registered with ctest. ON_DEVICE: the binary's tests run on
+# test_device() (tests/test_device.h) and are registered a second time as "cuda.*" with VATIC_TEST_DEVICE=cuda and
+# the label "gpu"; without a GPU those skip, saying so.
 function(vatic_layer_tests name)
-  cmake_parse_arguments(L "" "" "DEPS;LIBS" ${ARGN})
+  cmake_parse_arguments(L "ON_DEVICE" "" "DEPS;LIBS" ${ARGN})
   file(GLOB_RECURSE srcs CONFIGURE_DEPENDS ${PROJECT_SOURCE_DIR}/tests/${name}/*.cpp)
   if(NOT srcs)
     return()
+  endif()
+  if(L_ON_DEVICE)
+    list(APPEND srcs ${PROJECT_SOURCE_DIR}/tests/test_device_env.cpp)
   endif()
   add_executable(test_${name} ${srcs})
   target_include_directories(test_${name} PRIVATE ${PROJECT_SOURCE_DIR}/src ${PROJECT_SOURCE_DIR}/tests)
@@ -43,4 +52,9 @@ function(vatic_layer_tests name)
   target_link_libraries(test_${name} PRIVATE ${L_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   include(GoogleTest)
   gtest_discover_tests(test_${name} DISCOVERY_TIMEOUT 60 PROPERTIES TIMEOUT 900)
+  if(L_ON_DEVICE)
+    gtest_discover_tests(test_${name} DISCOVERY_TIMEOUT 60 TEST_PREFIX "cuda."
+      PROPERTIES TIMEOUT 900 LABELS gpu ENVIRONMENT "VATIC_TEST_DEVICE=cuda"
+      SKIP_REGULAR_EXPRESSION "\\[  SKIPPED \\]")
+  endif()
 endfunction()

@@ -1,8 +1,9 @@
 #pragma once
-// The device interface. Every tensor operation a model needs is a virtual here; a device (CPU now, CUDA next)
+// The device interface. Every tensor operation a model needs is a virtual here; a device (the CPU, each CUDA GPU)
 // implements all of them over tensors that live in its memory. Model code never calls a backend directly: it
-// calls ops/ops.h, which allocates outputs on the input's device and dispatches here.
+// calls ops/ops.h, which checks that the inputs share a device, allocates outputs there and dispatches here.
 #include <cstdint>
+#include <string>
 #include <vector>
 
 #include "backend/linear.h"
@@ -12,9 +13,34 @@ namespace vatic {
 
 enum class Unary { GeluTanh, Silu, Sigmoid, Tanh, Exp };
 
+// A failure of the device itself (a CUDA error, device memory exhausted). After one, the device's state is not to
+// be trusted: the runner reports it and exits so that the server starts a fresh one.
+class DeviceError : public Error {
+ public:
+  using Error::Error;
+};
+
+// How router outputs become expert choices. Softmax: weights = softmax(a) (Gemma 4, Qwen3-MoE); Sigmoid: weights =
+// sigmoid(a), chosen by sigmoid(a) + bias within the best `groups_kept` of `groups` groups, each group scored by
+// the sum of its two best (GLM-4.7-Flash, DeepSeek V3). The k chosen weights are divided by their sum when
+// `renormalize`, then multiplied by `scale` and by expert_scale[e] when given.
+struct RouteParams {
+  enum Kind { Softmax, Sigmoid } kind = Softmax;
+  int k = 1;
+  bool renormalize = true;
+  float scale = 1.0f;
+  const Tensor* bias = nullptr;          // [E] F32 (Sigmoid)
+  const Tensor* expert_scale = nullptr;  // [E] F32
+  int groups = 1, groups_kept = 1;
+};
+
 struct AttentionParams {
   float scale = 1.0f;
   int window = 0;  // > 0: a query at position p sees keys k with p - window < k <= p
+};
+
+struct DeviceMemory {
+  size_t free = 0, total = 0;  // bytes
 };
 
 class Backend {
@@ -22,6 +48,13 @@ class Backend {
   virtual ~Backend() = default;
   virtual Device device() const = 0;
   virtual const char* name() const = 0;
+  // What a log line or `vatic ps` shows: "cpu", "NVIDIA H200 (cuda:0)".
+  virtual std::string description() const { return name(); }
+  virtual DeviceMemory memory() const = 0;
+  // Waits until every operation queued so far has finished (a no-op on the CPU).
+  virtual void synchronize() {}
+  // Binds the calling thread to this device (the compute thread calls it once before any work).
+  virtual void bind_thread() {}
 
   // Memory. empty() makes an output buffer: its content is unspecified until an operation writes it.
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
@@ -55,11 +88,30 @@ class Backend {
   virtual void gated(Unary act, const Tensor& g, const Tensor& u, const Tensor& y) = 0;
   virtual void softcap(const Tensor& a, float cap, const Tensor& y) = 0;  // cap * tanh(a / cap)
   virtual void softmax(const Tensor& a, const Tensor& y) = 0;            // over the last dim
-  // Largest k of each row of a [T, N]: values F32 [T, k], indices I32 [T, k], sorted descending.
+  // Largest k of each row of a [T, N]: values F32 [T, k], indices I32 [T, k], sorted descending; ties go to the
+  // lower index.
   virtual void topk(const Tensor& a, int k, const Tensor& values, const Tensor& indices) = 0;
+  // Mixture-of-experts matmul: y[r, :] = x[r / (R / X), :] · W[experts[r]]ᵀ for r < R = experts.numel(), where W is
+  // a stacked [E, N, K] Linear and x has X rows (X = R: one input row per output row; X = R / k: each input row
+  // feeds k consecutive output rows). The routing stays on the device; rows going to the same expert share its
+  // weight read.
+  virtual void matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y) = 0;
+  // out[t, :] = Σ_j weights[t, j] · rows[t·k + j, :] for rows [T·k, D], weights F32 [T, k].
+  virtual void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) = 0;
+  // Mixture-of-experts routing of router outputs a [T, E] into k experts per row: see RouteParams.
+  virtual void route(const Tensor& a, const RouteParams& p, const Tensor& weights, const Tensor& experts) = 0;
 };
 
+// The backend registry: which devices this build and this machine have.
+// backend_for throws a clear error for a device that is absent ("no cuda:1 on this machine: it has cpu, cuda:0").
 Backend& backend_for(Device device);
 Backend& cpu_backend();
+std::vector<Device> available_devices();  // the CPU first, then each CUDA device
+bool device_available(Device device);
+// The device a model runs on when nobody says: VATIC_DEVICE (cpu, cuda, cuda:N) when set, else the first CUDA
+// device when there is one, else the CPU. Throws when VATIC_DEVICE names a device that is absent.
+Device default_device();
+// Parses a user's --device / VATIC_DEVICE value ("auto" = default_device()) and checks it is available.
+Device resolve_device(const std::string& text);
 
 }  // namespace vatic

@@ -56,6 +56,29 @@ struct Bandwidth {
   int threads = 0;
 };
 
+// An accelerator's memory bandwidth: device-to-device copies of `bytes`, counted as bytes read + written (as
+// STREAM's copy; a decode step only reads, so its floor uses this figure as the read rate too).
+Bandwidth measure_device_bandwidth(Device dev, size_t bytes, int reps) {
+  Backend& be = backend_for(dev);
+  const int64_t n = static_cast<int64_t>(bytes / 4);
+  Tensor a = be.empty({n}, DType::F32), b = be.empty({n}, DType::F32);
+  be.fill(a, 1.0f);
+  be.copy(a, b);
+  be.synchronize();
+  double best = 1e30;
+  for (int r = 0; r < reps; r++) {
+    auto t0 = Clock::now();
+    be.copy(a, b);
+    be.synchronize();
+    best = std::min(best, seconds_since(t0));
+  }
+  Bandwidth bw;
+  bw.bytes = bytes;
+  bw.copy_gbs = 2.0 * static_cast<double>(bytes) / best / 1e9;
+  bw.read_gbs = bw.matvec_gbs = bw.copy_gbs;
+  return bw;
+}
+
 Bandwidth measure_bandwidth(size_t bytes, int reps) {
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
   std::unique_ptr<float[]> a(new float[n]), b(new float[n]);
@@ -411,7 +434,7 @@ double drafter_step_bytes(const TensorStore& ts, const json& cfg) {
 }
 
 struct Options {
-  std::string model, draft, random, quantize;
+  std::string model, draft, random, quantize, device;
   int layers = 10;
   int tokens = 32;
   int prompt = 128;
@@ -441,7 +464,7 @@ void print_bandwidth(const Bandwidth& bw) {
               bw.bytes >> 20, bw.read_gbs, bw.matvec_gbs, bw.copy_gbs);
 }
 
-void bench_model(const Options& o, const Bandwidth& bw) {
+void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
   fs::path target_dir, draft_dir;
   ModelSource src;
   std::unique_ptr<ModelSource> dsrc;
@@ -466,14 +489,17 @@ void bench_model(const Options& o, const Bandwidth& bw) {
   }
 
   auto t_load = Clock::now();
-  auto lm = load_language_model(src);
+  auto lm = load_language_model(src, dev);
   const double load_s = seconds_since(t_load);
   auto weights = open_weights(src);
   const double wbytes = decode_weight_bytes(*weights);
   const int64_t V = lm->info().vocab_size;
   std::printf("model: %s (%s), %.2f GB of weights, %.2f GB read per decoded token, loaded in %.2f s\n",
               src.name.c_str(), lm->info().quantization.c_str(), weights->total_bytes() / 1e9, wbytes / 1e9, load_s);
-  std::printf("kernels: %s, %d threads\n", cpu::kernels().isa, omp_get_max_threads());
+  if (dev.is_cpu())
+    std::printf("kernels: %s, %d threads\n", cpu::kernels().isa, omp_get_max_threads());
+  else
+    std::printf("device: %s\n", backend_for(dev).description().c_str());
 
   // Prefill.
   auto prompt = random_tokens(o.prompt, V, 11);
@@ -612,16 +638,29 @@ void register_bench_commands(CLI::App& app) {
   cmd->add_flag("--bandwidth", o->bandwidth, "Only measure memory bandwidth");
   cmd->add_flag("--kernels", o->kernels, "Matmul kernel throughput (bf16 / int8 / int4, decode to prefill sizes)");
   cmd->add_option("--bandwidth-mib", o->bw_mib, "Array size of the bandwidth test in MiB (default 1024)");
+  cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (default: VATIC_DEVICE, else the first GPU, else the CPU)");
   cmd->callback([o] {
     // Refuse bad options before the (seconds-long) bandwidth test.
     if (!o->random.empty() && o->random != "e2b")
       throw InvalidInput(fmt::format("--random: unknown shape \"{}\" (supported: e2b)", o->random));
     parse_quant_type(o->quantize, "--quantize");
-    Bandwidth bw = measure_bandwidth(o->bw_mib << 20, 10);
-    print_bandwidth(bw);
+    const Device dev = resolve_device(o->device);
+    backend_for(dev).bind_thread();
+    Bandwidth bw;
+    if (dev.is_cpu()) {
+      bw = measure_bandwidth(o->bw_mib << 20, 10);
+      print_bandwidth(bw);
+    } else {
+      bw = measure_device_bandwidth(dev, o->bw_mib << 20, 10);
+      std::printf("device: %s, copy bandwidth %.0f GB/s (read + write, %zu MiB arrays)\n",
+                  backend_for(dev).description().c_str(), bw.copy_gbs, o->bw_mib);
+    }
     if (o->bandwidth) return;
-    if (o->kernels) return bench_kernels(*o, bw);
-    bench_model(*o, bw);
+    if (o->kernels) {
+      if (!dev.is_cpu()) throw InvalidInput("--kernels measures the CPU kernels; use --device cpu");
+      return bench_kernels(*o, bw);
+    }
+    bench_model(*o, bw, dev);
   });
 }
 

@@ -148,6 +148,7 @@ std::string verbose_summary(const json& f) {
   if (f.contains("prompt_cache") && f["prompt_cache"].is_object()) reused = number(f["prompt_cache"], "reused");
   if (reused > 0) out += line("prompt tokens reused:", fmt::format("{} token(s)", reused));
   if (ecount > 0) out += line("eval count:", fmt::format("{} token(s)", ecount));
+  if (f.contains("device") && f["device"].is_string()) out += line("device:", f["device"].get<std::string>());
   if (edur > 0) {
     out += line("eval duration:", go_duration(edur));
     out += line("eval rate:", rate(ecount, edur));

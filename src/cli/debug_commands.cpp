@@ -16,6 +16,19 @@ namespace vatic::cli {
 
 namespace {
 
+std::shared_ptr<std::string> add_device_option(CLI::App* cmd) {
+  auto device = std::make_shared<std::string>();
+  cmd->add_option("--device", *device, "cpu, cuda or cuda:N (default: VATIC_DEVICE, else the first GPU, else the CPU)");
+  return device;
+}
+
+// The device to run on, with this (the only compute) thread bound to it.
+Device bind_device(const std::string& text) {
+  Device d = resolve_device(text);
+  backend_for(d).bind_thread();
+  return d;
+}
+
 std::vector<int32_t> parse_tokens(const std::string& s) {
   std::vector<int32_t> out;
   size_t i = 0;
@@ -65,10 +78,11 @@ void register_debug_commands(CLI::App& app) {
     cmd->add_option("--tokens", *tokens, "Comma-separated token ids")->required();
     cmd->add_option("--out", *out, "Output safetensors file")->required();
     cmd->add_option("--chunk", *chunk, "Prefill chunk size (0 = one pass)");
+    auto device = add_device_option(cmd);
     cmd->callback([=] {
       auto ids = parse_tokens(*tokens);
       ModelSource src = resolve_model_arg(*model);
-      auto lm = load_language_model(src);
+      auto lm = load_language_model(src, bind_device(*device));
       auto st = lm->new_state();
       Generator gen(*lm, nullptr);
       Tensor logits = gen.prefill_logits(*st, ids, *chunk);
@@ -100,10 +114,11 @@ void register_debug_commands(CLI::App& app) {
     cmd->add_option("--presence-penalty", opts->sampling.presence_penalty, "Presence penalty");
     cmd->add_option("--frequency-penalty", opts->sampling.frequency_penalty, "Frequency penalty");
     cmd->add_flag("--ignore-eos", opts->ignore_eos, "Do not stop at end-of-sequence tokens");
+    auto device = add_device_option(cmd);
     cmd->callback([=] {
       auto ids = parse_tokens(*tokens);
       ModelSource src = resolve_model_arg(*model);
-      auto lm = load_language_model(src);
+      auto lm = load_language_model(src, bind_device(*device));
       std::unique_ptr<Drafter> drafter;
       if (!draft->empty()) {
         ModelSource ds = resolve_model_arg(*draft);
@@ -138,12 +153,13 @@ void register_debug_commands(CLI::App& app) {
     cmd->add_option("DRAFT", *draft, "Drafter directory or store name")->required();
     cmd->add_option("--tokens", *tokens, "Comma-separated token ids; the last is the target's latest choice")->required();
     cmd->add_option("--steps", *steps, "Draft steps")->check(CLI::Range(1, 64));
+    auto device = add_device_option(cmd);
     cmd->callback([=] {
       auto ids = parse_tokens(*tokens);
       if (ids.size() < 2) throw InvalidInput("--tokens: need at least two tokens (context and the chosen token)");
       ModelSource src = resolve_model_arg(*target);
       ModelSource ds = resolve_model_arg(*draft);
-      auto lm = load_language_model(src);
+      auto lm = load_language_model(src, bind_device(*device));
       auto drafter = load_drafter(*lm, &ds);
       auto st = lm->new_state();
       std::vector<int32_t> ctx(ids.begin(), ids.end() - 1);

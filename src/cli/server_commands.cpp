@@ -42,6 +42,7 @@ void register_server_commands(CLI::App& app) {
     cmd->add_option("--port", o->port, "Port on 127.0.0.1 (0 = pick a free one)");
     cmd->add_option("--host", o->host, "Address to bind (default 127.0.0.1)");
     cmd->add_option("--ctx", o->num_ctx, "Context length (0 = default)");
+    cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (default: VATIC_DEVICE, else the first GPU)");
     cmd->add_flag("--no-draft", *no_draft, "Do not attach the drafter");
     cmd->add_flag("--exit-on-stdin-eof", o->exit_on_stdin_eof, "Exit when stdin closes (the server died)");
     cmd->callback([o, no_draft] {

@@ -5,21 +5,48 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "backend/backend.h"
 #include "models/loader.h"
 
 namespace vatic {
 
-static size_t default_prefix_budget() {
+// The prefix cache lives where the KV cache lives: its budget follows that device's memory.
+static size_t default_prefix_budget(Backend& be) {
   if (const char* e = std::getenv("VATIC_PREFIX_CACHE_MB")) return static_cast<size_t>(std::atoll(e)) << 20;
-  // A quarter of physical memory, at most 8 GiB.
-  long pages = sysconf(_SC_PHYS_PAGES), page = sysconf(_SC_PAGE_SIZE);
-  size_t total = pages > 0 && page > 0 ? static_cast<size_t>(pages) * static_cast<size_t>(page) : (size_t(8) << 30);
-  return std::min(total / 4, size_t(8) << 30);
+  const DeviceMemory m = be.memory();
+  if (be.device().is_cpu()) {
+    // A quarter of physical memory, at most 8 GiB.
+    size_t total = m.total ? m.total : (size_t(8) << 30);
+    return std::min(total / 4, size_t(8) << 30);
+  }
+  // On an accelerator: a quarter of what is free once the model is loaded, at most 8 GiB.
+  return std::min(m.free / 4, size_t(8) << 30);
 }
 
-Engine::Engine(const ModelSource& source, EngineOptions options) : source_(source), options_(options) {
+static std::string gb(double bytes) { return fmt::format("{:.2f} GB", bytes / 1e9); }
+
+Engine::Engine(const ModelSource& source, Device device, EngineOptions options,
+               std::function<void(const std::string&)> log)
+    : source_(source), device_(device), options_(options) {
   executor_.run([&] {
-    model_ = load_language_model(source_);
+    Backend& be = backend_for(device_);
+    be.bind_thread();
+    const uint64_t weight_bytes = open_weights(source_)->total_bytes();
+    if (!device_.is_cpu()) {
+      const DeviceMemory m = be.memory();
+      if (weight_bytes > m.free)
+        throw InvalidInput(fmt::format("{} does not fit {}: its weights take {} and the device has {} free of {}",
+                                       source_.name, be.description(), gb(weight_bytes), gb(m.free), gb(m.total)));
+    }
+    int last_decile = -1;
+    auto progress = [&](uint64_t done, uint64_t total) {
+      const int decile = total ? static_cast<int>(done * 10 / total) : 10;
+      if (!log || decile == last_decile) return;
+      last_decile = decile;
+      log(fmt::format("loading {} onto {}: {}% ({} of {})", source_.name, be.description(), decile * 10, gb(done),
+                      gb(total)));
+    };
+    model_ = load_language_model(source_, device_, progress);
     if (options_.use_draft) {
       drafter_ = load_drafter(*model_, source_.draft.get());
       has_drafter_ = drafter_ != nullptr;
@@ -28,9 +55,21 @@ Engine::Engine(const ModelSource& source, EngineOptions options) : source_(sourc
     info_ = model_->info();
     num_ctx_ = options_.num_ctx > 0 ? options_.num_ctx : std::min<int64_t>(info_.context_length, 8192);
     if (info_.context_length > 0) num_ctx_ = std::min(num_ctx_, info_.context_length);
+    if (!device_.is_cpu()) {
+      const DeviceMemory m = be.memory();
+      const double kv = static_cast<double>(info_.kv_bytes_per_token) * static_cast<double>(num_ctx_);
+      if (kv > static_cast<double>(m.free))
+        throw InvalidInput(fmt::format(
+            "{} does not fit {}: a KV cache of {} tokens takes {} and {} is free after loading {} of weights; "
+            "lower num_ctx",
+            source_.name, be.description(), num_ctx_, gb(kv), gb(m.free), gb(info_.weight_bytes)));
+    }
     live_ = model_->new_state();
     prefix_ = std::make_unique<PrefixCache>(options_.prefix_cache_bytes ? options_.prefix_cache_bytes
-                                                                        : default_prefix_budget());
+                                                                        : default_prefix_budget(be));
+    if (log)
+      log(fmt::format("{} loaded on {}: {} of weights{}", source_.name, be.description(), gb(info_.weight_bytes),
+                      device_.is_cpu() ? "" : fmt::format(", {} of device memory free", gb(be.memory().free))));
     if (has_drafter_) depth_ = std::make_unique<DepthController>(options_.max_draft_depth);
   });
 }
@@ -121,6 +160,7 @@ json Engine::status() const {
           {"prefix_cache_bytes", prefix_ ? prefix_->bytes() : 0},
           {"prefix_cache_budget", prefix_ ? prefix_->budget() : 0},
           {"context_length", num_ctx_},
+          {"device", device_.str()},
           {"drafter", has_drafter_}};
 }
 

@@ -3,6 +3,7 @@
 // all owned by one compute thread. Other threads call generate()/tokenize() and wait; the token callback runs on
 // the compute thread (return false from it to stop generation within one decode step or speculative round).
 #include <atomic>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -26,8 +27,11 @@ struct EngineOptions {
 
 class Engine {
  public:
-  // Loads the model (and drafter, tokenizer) on the engine's compute thread. Throws on failure.
-  Engine(const ModelSource& source, EngineOptions options = {});
+  // Loads the model (and drafter, tokenizer) onto `device` from the engine's compute thread, which binds to that
+  // device for its whole life. Refuses a model whose weights (or KV cache at num_ctx) do not fit the device's free
+  // memory. `log` gets progress lines (may be empty). Throws on failure.
+  Engine(const ModelSource& source, Device device, EngineOptions options = {},
+         std::function<void(const std::string&)> log = {});
   ~Engine();
   Engine(const Engine&) = delete;
   Engine& operator=(const Engine&) = delete;
@@ -36,6 +40,7 @@ class Engine {
   const ModelSource& source() const { return source_; }
   const Tokenizer* tokenizer() const { return tokenizer_.get(); }  // null when the model ships none
   bool has_drafter() const { return has_drafter_; }
+  Device device() const { return device_; }
   int64_t context_length() const { return num_ctx_; }
 
   // Generates after `prompt` (token ids). Reuses the longest cached prefix. Thread-safe: requests run one at a
@@ -53,6 +58,7 @@ class Engine {
 
  private:
   ModelSource source_;
+  Device device_;
   EngineOptions options_;
   Executor executor_;
   std::unique_ptr<LanguageModel> model_;

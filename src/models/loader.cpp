@@ -21,15 +21,17 @@ static json read_config(const ModelSource& source) {
   }
 }
 
-std::unique_ptr<LanguageModel> load_language_model(const ModelSource& source) {
+std::unique_ptr<LanguageModel> load_language_model(const ModelSource& source, Device device,
+                                                   Weights::Progress progress) {
   json cfg = read_config(source);
   Architecture arch = detect_architecture(cfg, source.config.string());
+  auto weights = [&] { return std::make_shared<const Weights>(open_weights(source), device, progress); };
   switch (arch) {
     case Architecture::Gemma4ForConditionalGeneration:
     case Architecture::Gemma4ForCausalLM:
-      return std::make_unique<Gemma4Model>(Gemma4TextConfig::parse(cfg, source.config.string()), open_weights(source));
+      return std::make_unique<Gemma4Model>(Gemma4TextConfig::parse(cfg, source.config.string()), weights());
     case Architecture::Glm4MoeLiteForCausalLM:
-      return load_glm4_moe_lite(cfg, source);
+      return load_glm4_moe_lite(cfg, source, weights());
     case Architecture::Gemma4AssistantForCausalLM:
       throw InvalidInput(fmt::format("{} is a drafter (Gemma4AssistantForCausalLM); use it as DRAFT of its target",
                                      source.name));
@@ -37,7 +39,8 @@ std::unique_ptr<LanguageModel> load_language_model(const ModelSource& source) {
   fail("unreachable");
 }
 
-std::unique_ptr<Drafter> load_drafter(LanguageModel& target, const ModelSource* draft_source) {
+std::unique_ptr<Drafter> load_drafter(LanguageModel& target, const ModelSource* draft_source,
+                                      Weights::Progress progress) {
   if (!draft_source) return load_builtin_drafter(target);
   json cfg = read_config(*draft_source);
   Architecture arch = detect_architecture(cfg, draft_source->config.string());
@@ -45,8 +48,9 @@ std::unique_ptr<Drafter> load_drafter(LanguageModel& target, const ModelSource* 
   if (arch != Architecture::Gemma4AssistantForCausalLM || !gemma)
     throw InvalidInput(fmt::format("{} ({}) cannot draft for {} ({})", draft_source->name, architecture_name(arch),
                                    target.info().architecture, target.info().architecture));
-  return std::make_unique<Gemma4Assistant>(*gemma, Gemma4AssistantConfig::parse(cfg, draft_source->config.string()),
-                                           open_weights(*draft_source));
+  return std::make_unique<Gemma4Assistant>(
+      *gemma, Gemma4AssistantConfig::parse(cfg, draft_source->config.string()),
+      std::make_shared<const Weights>(open_weights(*draft_source), gemma->device(), std::move(progress)));
 }
 
 }  // namespace vatic

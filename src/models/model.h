@@ -48,6 +48,7 @@ class LanguageModel {
  public:
   virtual ~LanguageModel() = default;
   virtual const ModelTraits& info() const = 0;
+  virtual Device device() const = 0;  // where its weights and caches live
   virtual std::unique_ptr<SequenceState> new_state() const = 0;
   // Runs `tokens` at positions state.length() ..; appends to the caches; returns the last n_out rows.
   // With all_hidden, `hidden` holds every row of the forward (drafters with their own caches consume them).

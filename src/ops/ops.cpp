@@ -6,6 +6,24 @@ namespace vatic::ops {
 
 Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
 
+namespace {
+// The backend of the first input, after checking that every other (defined) input lives on the same device.
+template <typename... Ts>
+Backend& backend_of_all(const char* op, const Tensor& first, const Ts&... rest) {
+  const Device d = first.device();
+  auto check = [&](const Tensor& t) {
+    if (t.defined() && t.device() != d)
+      throw Error(fmt::format("{}: inputs on different devices ({} on {}, {} on {})", op, first.describe(), d.str(),
+                              t.describe(), t.device().str()));
+  };
+  (check(rest), ...);
+  return backend_for(d);
+}
+Backend& backend_of_linear(const char* op, const Tensor& x, const Linear& w) {
+  return backend_of_all(op, x, w.weight, w.scales, w.biases);
+}
+}  // namespace
+
 Tensor empty_like(const Tensor& t, const Shape& shape, DType dtype) { return backend_of(t).empty(shape, dtype); }
 Tensor zeros(const Shape& shape, Device device) {
   Backend& be = backend_for(device);
@@ -21,6 +39,11 @@ Tensor floats(const std::vector<float>& values, Device device) {
   return backend_for(device).upload(Tensor::from_floats(values, {static_cast<int64_t>(values.size())}));
 }
 Tensor to_host(const Tensor& t) { return backend_of(t).download(t); }
+Tensor to_device(const Tensor& t, Device device) {
+  if (t.device() == device) return t;
+  Tensor host = t.device().is_cpu() ? t : to_host(t);
+  return backend_for(device).upload(host);
+}
 std::vector<float> to_vector(const Tensor& t) {
   Tensor h = to_host(to_f32(t));
   std::vector<float> v(h.numel());
@@ -39,18 +62,20 @@ Tensor to_f32(const Tensor& t) {
   backend_of(t).copy(t, out);
   return out;
 }
-void copy_into(const Tensor& src, const Tensor& dst) { backend_of(dst).copy(src, dst); }
+void copy_into(const Tensor& src, const Tensor& dst) { backend_of_all("copy", dst, src).copy(src, dst); }
 
 Tensor matmul(const Tensor& x, const Linear& w) {
   Tensor y = empty_like(x, {x.dim(0), w.out_features()});
-  backend_of(x).matmul(x, w, y, false);
+  backend_of_linear("matmul", x, w).matmul(x, w, y, false);
   return y;
 }
-void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y) { backend_of(x).matmul(x, w, y, true); }
+void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y) {
+  backend_of_all("matmul", y, x, w.weight, w.scales, w.biases).matmul(x, w, y, true);
+}
 
 Tensor embedding(const Linear& table, const Tensor& ids_, float scale) {
   Tensor out = empty_like(table.weight, {ids_.numel(), table.in_features()});
-  backend_of(table.weight).embedding(table, ids_, scale, out);
+  backend_of_linear("embedding", ids_, table).embedding(table, ids_, scale, out);
   return out;
 }
 Tensor embedding(const Tensor& table, const Tensor& ids_, float scale) {
@@ -61,27 +86,27 @@ Tensor embedding(const Tensor& table, const Tensor& ids_, float scale) {
 Tensor rms_norm(const Tensor& x, const Tensor& w, float eps) {
   Tensor xc = contiguous(x);
   Tensor y = empty_like(x, x.shape());
-  backend_of(x).rms_norm(xc, w.defined() ? &w : nullptr, eps, y);
+  backend_of_all("rms_norm", x, w).rms_norm(xc, w.defined() ? &w : nullptr, eps, y);
   return y;
 }
 void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) {
-  backend_of(x).rope(x, positions, inv_freq, interleaved);
+  backend_of_all("rope", x, positions, inv_freq).rope(x, positions, inv_freq, interleaved);
 }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p) {
   Tensor out = empty_like(q, {q.dim(0), q.dim(1), v.dim(2)});
-  backend_of(q).attention(q, k, v, q_pos, k_pos, p, out);
+  backend_of_all("attention", q, k, v, q_pos, k_pos).attention(q, k, v, q_pos, k_pos, p, out);
   return out;
 }
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor y = empty_like(a, a.shape());
-  backend_of(a).add(contiguous(a), contiguous(b), y);
+  backend_of_all("add", a, b).add(contiguous(a), contiguous(b), y);
   return y;
 }
-void add_inplace(const Tensor& a, const Tensor& b) { backend_of(a).add(a, contiguous(b), a); }
+void add_inplace(const Tensor& a, const Tensor& b) { backend_of_all("add", a, b).add(a, contiguous(b), a); }
 Tensor mul(const Tensor& a, const Tensor& b) {
   Tensor y = empty_like(a, a.shape());
-  backend_of(a).mul(contiguous(a), contiguous(b), y);
+  backend_of_all("mul", a, b).mul(contiguous(a), contiguous(b), y);
   return y;
 }
 Tensor scale(const Tensor& a, float s) {
@@ -96,7 +121,7 @@ Tensor unary(Unary op, const Tensor& a) {
 }
 Tensor gated(Unary act, const Tensor& g, const Tensor& u) {
   Tensor y = empty_like(g, g.shape());
-  backend_of(g).gated(act, contiguous(g), contiguous(u), y);
+  backend_of_all("gated", g, u).gated(act, contiguous(g), contiguous(u), y);
   return y;
 }
 Tensor softcap(const Tensor& a, float cap) {
@@ -119,9 +144,29 @@ void topk(const Tensor& a, int k, Tensor* values, Tensor* indices) {
 Tensor concat_cols(const Tensor& a, const Tensor& b) {
   const int64_t T = a.dim(0), A = a.dim(1), B = b.dim(1);
   Tensor y = empty_like(a, {T, A + B});
-  backend_of(a).copy(a, y.slice(1, 0, A));
-  backend_of(a).copy(b, y.slice(1, A, A + B));
+  Backend& be = backend_of_all("concat_cols", a, b);
+  be.copy(a, y.slice(1, 0, A));
+  be.copy(b, y.slice(1, A, A + B));
   return y;
+}
+
+Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts) {
+  Tensor y = empty_like(x, {experts.numel(), w.out_features()});
+  backend_of_all("matmul_experts", x, w.weight, w.scales, w.biases, experts)
+      .matmul_experts(contiguous(x), w, contiguous(experts), y);
+  return y;
+}
+Tensor combine_rows(const Tensor& rows, const Tensor& weights) {
+  Tensor out = empty_like(rows, {weights.dim(0), rows.dim(1)});
+  backend_of_all("combine_rows", rows, weights).combine_rows(contiguous(rows), contiguous(weights), out);
+  return out;
+}
+void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts) {
+  const int64_t T = router_out.numel() / router_out.dim(-1);
+  *weights = empty_like(router_out, {T, p.k}, DType::F32);
+  *experts = empty_like(router_out, {T, p.k}, DType::I32);
+  backend_of_all("route", router_out, p.bias ? *p.bias : Tensor(), p.expert_scale ? *p.expert_scale : Tensor())
+      .route(contiguous(router_out), p, *weights, *experts);
 }
 
 }  // namespace vatic::ops

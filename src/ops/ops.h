@@ -9,11 +9,13 @@ namespace vatic::ops {
 
 Backend& backend_of(const Tensor& t);
 
+// Every operation checks that its inputs live on one device and refuses a mix with a clear error.
 Tensor empty_like(const Tensor& t, const Shape& shape, DType dtype = DType::F32);
-Tensor zeros(const Shape& shape, Device device = Device::CPU);
+Tensor zeros(const Shape& shape, Device device);
 // Small host vectors made into device tensors (token ids, positions, frequency tables).
-Tensor ids(const std::vector<int32_t>& values, Device device = Device::CPU);
-Tensor floats(const std::vector<float>& values, Device device = Device::CPU);
+Tensor ids(const std::vector<int32_t>& values, Device device);
+Tensor floats(const std::vector<float>& values, Device device);
+Tensor to_device(const Tensor& t, Device device);  // the same tensor when already there
 Tensor to_host(const Tensor& t);  // contiguous host copy (a device sync on accelerators)
 std::vector<float> to_vector(const Tensor& t);
 Tensor contiguous(const Tensor& t);
@@ -39,6 +41,10 @@ Tensor gated(Unary act, const Tensor& g, const Tensor& u);
 Tensor softcap(const Tensor& a, float cap);
 Tensor softmax(const Tensor& a);
 void topk(const Tensor& a, int k, Tensor* values, Tensor* indices);
+// Mixture of experts (see Backend::matmul_experts / combine_rows / route).
+Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts);  // [experts.numel(), N]
+Tensor combine_rows(const Tensor& rows, const Tensor& weights);                 // [T, D]
+void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts);
 // Columns side by side: [T, A] ++ [T, B] -> [T, A+B]
 Tensor concat_cols(const Tensor& a, const Tensor& b);
 

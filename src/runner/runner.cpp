@@ -13,6 +13,7 @@
 
 #include <httplib.h>
 
+#include "backend/backend.h"
 #include "engine/engine.h"
 #include "runner/model_resolve.h"
 #include "runner/stop_strings.h"
@@ -106,6 +107,8 @@ class Runner {
             {"model", opts_.model.empty() ? opts_.model_dir : opts_.model},
             {"pid", ::getpid()},
             {"context_length", engine_->context_length()},
+            {"device", engine_->device().str()},
+            {"device_name", backend_for(engine_->device()).description()},
             {"drafter", engine_->has_drafter()},
             {"memory", mem},
             {"memory_bytes", total},
@@ -264,6 +267,16 @@ class Runner {
         if (!write(line)) return false;
         return !stops.stopped();
       });
+    } catch (const DeviceError& e) {
+      // The device's state cannot be trusted after this: answer, then exit so that the server starts a fresh runner
+      // for the next request.
+      std::fprintf(stderr, "runner: device failure, exiting: %s\n", e.what());
+      write({{"error", std::string("the device failed: ") + e.what()}});
+      std::thread([] {
+        std::this_thread::sleep_for(std::chrono::milliseconds(300));
+        std::_Exit(3);
+      }).detach();
+      return;
     } catch (const std::exception& e) {
       std::fprintf(stderr, "runner: generation failed: %s\n", e.what());
       write({{"error", e.what()}});
@@ -275,7 +288,9 @@ class Runner {
       tail += stops.flush();
     }
     std::string reason = stops.stopped() ? "stop" : stats.done_reason;
-    if (!write_failed) write({{"done", true}, {"done_reason", reason}, {"content", tail}, {"stats", stats.to_json()}});
+    json st = stats.to_json();
+    st["device"] = backend_for(engine_->device()).description();
+    if (!write_failed) write({{"done", true}, {"done_reason", reason}, {"content", tail}, {"stats", st}});
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     {
       std::lock_guard<std::mutex> lk(mu_);
@@ -340,7 +355,9 @@ int run_runner(const RunnerOptions& options) {
     EngineOptions eo;
     eo.num_ctx = options.num_ctx;
     eo.use_draft = options.use_draft;
-    engine = std::make_unique<Engine>(src, eo);
+    const Device device = resolve_device(options.device);
+    engine = std::make_unique<Engine>(src, device, eo,
+                                      [](const std::string& line) { std::fprintf(stderr, "runner: %s\n", line.c_str()); });
   } catch (const std::exception& e) {
     std::fprintf(stderr, "error: loading %s: %s\n", options.model.empty() ? options.model_dir.c_str() : options.model.c_str(),
                  e.what());
@@ -364,9 +381,10 @@ int run_runner(const RunnerOptions& options) {
   }
   serving = true;
   json st = runner.status();
-  std::fprintf(stderr, "runner: loaded %s in %.2fs (context %lld, drafter %s), listening on %s:%d\n",
-               st["model"].get<std::string>().c_str(), load_s, static_cast<long long>(st["context_length"].get<int64_t>()),
-               st["drafter"].get<bool>() ? "yes" : "no", options.host.c_str(), port);
+  std::fprintf(stderr, "runner: loaded %s on %s in %.2fs (context %lld, drafter %s), listening on %s:%d\n",
+               st["model"].get<std::string>().c_str(), st["device_name"].get<std::string>().c_str(), load_s,
+               static_cast<long long>(st["context_length"].get<int64_t>()), st["drafter"].get<bool>() ? "yes" : "no",
+               options.host.c_str(), port);
   std::printf("%s\n", json{{"status", "ready"}, {"port", port}, {"pid", ::getpid()}}.dump().c_str());
   std::fflush(stdout);
   svr.listen_after_bind();

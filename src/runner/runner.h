@@ -38,6 +38,7 @@ struct RunnerOptions {
   std::string host = "127.0.0.1";
   int port = 0;           // 0 = pick a free port
   int64_t num_ctx = 0;    // 0 = the engine's default
+  std::string device;     // cpu, cuda, cuda:N; empty = VATIC_DEVICE, else the first GPU, else the CPU
   bool use_draft = true;
   bool exit_on_stdin_eof = false;  // the server keeps our stdin open; EOF means it died
 };

@@ -568,6 +568,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
         }
         // The runner's own accounting (weights + KV + prefix cache) when it answers quickly.
         int64_t ctx_len = m.num_ctx;
+        bool on_gpu = false;
         ordered_json runner = {{"pid", m.pid}, {"port", m.port}};
         httplib::Client cli("127.0.0.1", m.port);
         cli.set_connection_timeout(0, 300000);
@@ -576,6 +577,9 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
           try {
             json st = json::parse(r->body);
             size = st.value("memory_bytes", size);
+            on_gpu = st.value("device", std::string("cpu")) != "cpu";
+            runner["device"] = st.value("device", std::string("cpu"));
+            if (st.contains("device_name")) runner["device_name"] = st["device_name"];
             ctx_len = st.value("context_length", ctx_len);
             runner["memory"] = ordered_json::parse(st["memory"].dump());
             runner["requests"] = st.value("requests", 0);
@@ -588,7 +592,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
         e["digest"] = digest;
         e["details"] = details;
         e["expires_at"] = rfc3339(m.expires_at);
-        e["size_vram"] = 0;
+        e["size_vram"] = on_gpu ? size : 0;  // the weights, caches and prefix cache all live on the device
         e["context_length"] = ctx_len;
         e["runner"] = runner;
         models.push_back(e);

@@ -148,6 +148,7 @@ std::string render_chat(const ModelMeta& meta, std::vector<chat::Message> messag
 void add_extension_stats(ordered_json& out, const GenResult& r) {
   out["prompt_cache"] = {{"evaluated", r.prompt_evaluated}, {"reused", r.prompt_reused}};
   if (r.stats.contains("speculative")) out["speculative"] = ordered_json::parse(r.stats["speculative"].dump());
+  if (r.stats.contains("device") && r.stats["device"].is_string()) out["device"] = r.stats["device"].get<std::string>();
 }
 
 Generation::Generation(Scheduler& sched, GenRequest req) : req_(std::move(req)) {

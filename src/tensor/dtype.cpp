@@ -50,7 +50,6 @@ bool parse_dtype(const std::string& n, DType* out) {
   return false;
 }
 
-const char* device_name(Device d) { return d == Device::CPU ? "cpu" : "cuda"; }
 
 float f16_to_f32(uint16_t h) {
   uint32_t sign = (h >> 15) & 1, exp = (h >> 10) & 0x1f, mant = h & 0x3ff;

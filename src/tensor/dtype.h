@@ -4,6 +4,8 @@
 #include <cstring>
 #include <string>
 
+#include "tensor/device.h"
+
 namespace vatic {
 
 // Element types. Packed quantized weights are stored as U32 words with separate scale/bias tensors
@@ -15,8 +17,6 @@ const char* dtype_name(DType t);  // safetensors spelling: "F32", "BF16", ...
 // Parses a safetensors dtype name; returns false when unknown.
 bool parse_dtype(const std::string& name, DType* out);
 
-enum class Device : uint8_t { CPU, CUDA };
-const char* device_name(Device d);
 
 // Scalar conversions used by kernels and loaders.
 inline float bf16_to_f32(uint16_t h) {

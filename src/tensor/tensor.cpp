@@ -34,8 +34,7 @@ Tensor::Tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, size_
               describe(), offset_, storage_->size());
 }
 
-Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
-  VATIC_CHECK(device == Device::CPU, "Tensor::empty on {} must go through the device backend", device_name(device));
+Tensor Tensor::empty(const Shape& shape, DType dtype) {
   return Tensor(host_storage(static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype)), dtype, shape);
 }
 

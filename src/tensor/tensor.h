@@ -24,8 +24,8 @@ class Tensor {
   // A contiguous view of `storage` starting at `byte_offset`.
   Tensor(std::shared_ptr<Storage> storage, DType dtype, Shape shape, size_t byte_offset = 0);
 
-  // New contiguous zero-filled tensor (host memory for Device::CPU).
-  static Tensor empty(const Shape& shape, DType dtype, Device device = Device::CPU);
+  // New contiguous zero-filled host tensor (device tensors come from their backend: ops/ops.h).
+  static Tensor empty(const Shape& shape, DType dtype);
   // Like empty() without the zero fill, for outputs an operation writes completely.
   static Tensor uninitialized(const Shape& shape, DType dtype);
   static Tensor from_floats(const std::vector<float>& values, const Shape& shape);

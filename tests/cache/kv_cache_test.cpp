@@ -8,6 +8,7 @@
 #include "models/fixture_util.h"
 #include "models/loader.h"
 #include "ops/ops.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -98,7 +99,7 @@ TEST(SlidingKvCache, SnapshotRestoresTheWindow) {
 class ModelCaches : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(ModelCaches, ChunkedPrefillEqualsOnePass) {
-  auto lm = load_language_model(ModelSource::from_directory(model_dir(GetParam())));
+  auto lm = load_language_model(ModelSource::from_directory(model_dir(GetParam())), test_device());
   auto prompt = ints(fixture_index()["models"][GetParam()]["cases"][2]["prompt"]);  // crosses the window
   Generator gen(*lm, nullptr);
   auto s1 = lm->new_state();
@@ -112,7 +113,7 @@ TEST_P(ModelCaches, ChunkedPrefillEqualsOnePass) {
 }
 
 TEST_P(ModelCaches, RewindAfterAMultiTokenForwardEqualsRecompute) {
-  auto lm = load_language_model(ModelSource::from_directory(model_dir(GetParam())));
+  auto lm = load_language_model(ModelSource::from_directory(model_dir(GetParam())), test_device());
   auto prompt = ints(fixture_index()["models"][GetParam()]["cases"][2]["prompt"]);
   const int64_t V = lm->info().vocab_size;
   const size_t keep = prompt.size() - 12;

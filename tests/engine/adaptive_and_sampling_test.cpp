@@ -8,6 +8,7 @@
 #include "formats/model_source.h"
 #include "models/fixture_util.h"
 #include "models/loader.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -52,7 +53,7 @@ std::vector<int32_t> run(LanguageModel& lm, Drafter* d, const std::vector<int32_
 }
 
 TEST(AdaptiveDepth, FallsToPlainDecodingWhenDraftsDoNotPay) {
-  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-e2b-tiny")));
+  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-e2b-tiny")), test_device());
   auto ds = ModelSource::from_directory(model_dir("gemma4-e2b-tiny-assistant"));
   auto drafter = load_drafter(*lm, &ds);
   auto prompt = ints(fixture_index()["models"]["gemma4-e2b-tiny"]["cases"][0]["prompt"]);
@@ -70,7 +71,7 @@ TEST(AdaptiveDepth, FallsToPlainDecodingWhenDraftsDoNotPay) {
 }
 
 TEST(AdaptiveDepth, ClimbsToTheMaximumWhenDraftsAlwaysAgree) {
-  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")));
+  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")), test_device());
   auto prompt = ints(fixture_index()["models"]["gemma4-dense-tiny"]["cases"][1]["prompt"]);
   GenerateStats plain_stats;
   auto plain = run(*lm, nullptr, prompt, 120, 0, &plain_stats);
@@ -90,7 +91,7 @@ TEST(AdaptiveDepth, ClimbsToTheMaximumWhenDraftsAlwaysAgree) {
 
 TEST(AdaptiveDepth, RecoversAfterDraftsStartToPay) {
   // First useless drafts (depth falls), then the oracle on the same controller: depth climbs back.
-  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")));
+  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")), test_device());
   auto ds = ModelSource::from_directory(model_dir("gemma4-dense-tiny-assistant"));
   auto random_drafter = load_drafter(*lm, &ds);
   auto prompt = ints(fixture_index()["models"]["gemma4-dense-tiny"]["cases"][1]["prompt"]);
@@ -126,7 +127,7 @@ double chi_square_p(double x, int k) {
 }
 
 TEST(SpeculativeSampling, OutputFollowsTheTargetDistributionThroughTheRealLoop) {
-  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")));
+  auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")), test_device());
   auto ds = ModelSource::from_directory(model_dir("gemma4-dense-tiny-assistant"));
   auto drafter = load_drafter(*lm, &ds);
   const std::vector<int32_t> prompt = {2, 300, 17, 45};

@@ -5,6 +5,7 @@
 #include "cache/prefix_cache.h"
 #include "engine/engine.h"
 #include "models/fixture_util.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -38,7 +39,7 @@ class PrefixReuse : public ::testing::TestWithParam<std::string> {};
 TEST_P(PrefixReuse, FollowUpEvaluatesOnlyTheNewTokensAndMatchesAColdRun) {
   const auto& cases = fixture_index()["models"][GetParam()]["cases"];
   auto p1 = ints(cases[2]["prompt"]);  // 40 tokens: longer than the sliding window
-  Engine warm(ModelSource::from_directory(model_dir(GetParam())));
+  Engine warm(ModelSource::from_directory(model_dir(GetParam())), test_device());
   Result a = ask(warm, p1, 12);
   EXPECT_EQ(a.stats.prompt_reused, 0);
   EXPECT_EQ(a.stats.prompt_evaluated, static_cast<int64_t>(p1.size()));
@@ -48,7 +49,7 @@ TEST_P(PrefixReuse, FollowUpEvaluatesOnlyTheNewTokensAndMatchesAColdRun) {
   // Everything but the last generated token (never run) is reused.
   EXPECT_EQ(b.stats.prompt_reused, static_cast<int64_t>(p1.size() + a.tokens.size() - 1));
   EXPECT_EQ(b.stats.prompt_evaluated, static_cast<int64_t>(p2.size()) - b.stats.prompt_reused);
-  Engine cold(ModelSource::from_directory(model_dir(GetParam())));
+  Engine cold(ModelSource::from_directory(model_dir(GetParam())), test_device());
   EXPECT_EQ(ask(cold, p2, 12).tokens, b.tokens);
 }
 
@@ -56,19 +57,19 @@ TEST_P(PrefixReuse, AlternatingConversationsRestoreFromTheTrie) {
   const auto& cases = fixture_index()["models"][GetParam()]["cases"];
   auto p1 = ints(cases[2]["prompt"]);
   auto p2 = ints(cases[1]["prompt"]);
-  Engine e(ModelSource::from_directory(model_dir(GetParam())));
+  Engine e(ModelSource::from_directory(model_dir(GetParam())), test_device());
   Result a = ask(e, p1, 10);
   ask(e, p2, 10);  // the live sequence now holds the other conversation
   auto follow = cat(cat(p1, a.tokens), {21, 22});
   Result c = ask(e, follow, 10);
   EXPECT_EQ(c.stats.prompt_reused, static_cast<int64_t>(p1.size() + a.tokens.size() - 1));
-  Engine cold(ModelSource::from_directory(model_dir(GetParam())));
+  Engine cold(ModelSource::from_directory(model_dir(GetParam())), test_device());
   EXPECT_EQ(ask(cold, follow, 10).tokens, c.tokens);
   // A prompt that diverges inside the first conversation reuses only the shared part, still exactly.
   auto branch = std::vector<int32_t>(p1.begin(), p1.begin() + 30);
   branch.push_back(99);
   Result d = ask(e, branch, 8);
-  Engine cold2(ModelSource::from_directory(model_dir(GetParam())));
+  Engine cold2(ModelSource::from_directory(model_dir(GetParam())), test_device());
   EXPECT_EQ(ask(cold2, branch, 8).tokens, d.tokens);
 }
 
@@ -79,13 +80,13 @@ TEST_P(SpeculativePrefixReuse, RequestsReuseAndStayExact) {
   ModelSource src = ModelSource::from_directory(model_dir(GetParam()));
   src.draft = std::make_shared<ModelSource>(ModelSource::from_directory(model_dir(assistant)));
   auto p1 = ints(fixture_index()["models"][GetParam()]["cases"][2]["prompt"]);
-  Engine spec(src);
+  Engine spec(src, test_device());
   ASSERT_TRUE(spec.has_drafter());
   Result a = ask(spec, p1, 20);
   auto p2 = cat(cat(p1, a.tokens), {5, 6});
   Result b = ask(spec, p2, 20);
   EXPECT_GT(b.stats.prompt_reused, static_cast<int64_t>(p1.size()));
-  Engine plain(ModelSource::from_directory(model_dir(GetParam())), EngineOptions{false, 0, 0, 4});
+  Engine plain(ModelSource::from_directory(model_dir(GetParam())), test_device(), EngineOptions{false, 0, 0, 4});
   EXPECT_EQ(ask(plain, p1, 20).tokens, a.tokens);
   EXPECT_EQ(ask(plain, p2, 20).tokens, b.tokens);
 }
@@ -126,7 +127,7 @@ TEST(PrefixCache, LongestStoredPrefixWins) {
 TEST(EngineMemory, PrefixCacheStaysUnderASmallBudget) {
   EngineOptions o;
   o.prefix_cache_bytes = 200 * 1024;
-  Engine e(ModelSource::from_directory(model_dir("gemma4-dense-tiny")), o);
+  Engine e(ModelSource::from_directory(model_dir("gemma4-dense-tiny")), test_device(), o);
   for (int i = 0; i < 12; i++) {
     ask(e, {2, 100 + i, 200 + i, 300 + i, 50, 60, 70, 80, 90}, 30);
     EXPECT_LE(e.status()["prefix_cache_bytes"].get<size_t>(), o.prefix_cache_bytes);

@@ -8,6 +8,7 @@
 #include "formats/model_source.h"
 #include "models/fixture_util.h"
 #include "models/loader.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -22,7 +23,7 @@ struct Pair {
 Pair load_pair(const std::string& assistant) {
   const std::string target = fixture_index()["models"][assistant]["target"].get<std::string>();
   Pair p;
-  p.target = load_language_model(ModelSource::from_directory(model_dir(target)));
+  p.target = load_language_model(ModelSource::from_directory(model_dir(target)), test_device());
   ModelSource ds = ModelSource::from_directory(model_dir(assistant));
   p.drafter = load_drafter(*p.target, &ds);
   return p;

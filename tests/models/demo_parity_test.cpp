@@ -6,6 +6,7 @@
 #include "models/fixture_util.h"
 #include "models/loader.h"
 #include "tokenizer/tokenizer.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -28,7 +29,7 @@ TEST(DemoModel, TokenizerMatchesTheReferencePrompts) {
 }
 
 TEST(DemoModel, GreedyAndSpeculativeContinuationsMatchTransformers) {
-  auto lm = load_language_model(ModelSource::from_directory(demo_dir("gemma4-demo")));
+  auto lm = load_language_model(ModelSource::from_directory(demo_dir("gemma4-demo")), test_device());
   auto ds = ModelSource::from_directory(demo_dir("gemma4-demo-assistant"));
   auto drafter = load_drafter(*lm, &ds);
   int64_t rounds = 0, accepted = 0;

@@ -5,6 +5,7 @@
 #include "formats/model_source.h"
 #include "models/fixture_util.h"
 #include "models/loader.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -15,7 +16,7 @@ class Gemma4Parity : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(Gemma4Parity, PromptAndStepLogitsAndGreedyTokens) {
   const std::string name = GetParam();
-  auto lm = load_language_model(ModelSource::from_directory(model_dir(name)));
+  auto lm = load_language_model(ModelSource::from_directory(model_dir(name)), test_device());
   TensorStore ref(fixtures() / "models" / (name + ".reference.safetensors"));
   const auto& cases = fixture_index()["models"][name]["cases"];
   const int64_t V = lm->info().vocab_size;

@@ -17,6 +17,7 @@
 #include "ops/ops.h"
 #include "sample/sampler.h"
 #include "util/files.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -143,7 +144,7 @@ TEST(Glm4Bench, DISABLED_RandomFlashWidthsDecode) {
                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   }
   auto t0 = std::chrono::steady_clock::now();
-  auto lm = load_language_model(ModelSource::from_directory(dir));
+  auto lm = load_language_model(ModelSource::from_directory(dir), test_device());
   auto drafter = load_drafter(*lm, nullptr);
   ASSERT_NE(drafter, nullptr);
   const double load_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

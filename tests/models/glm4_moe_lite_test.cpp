@@ -15,6 +15,7 @@
 #include "models/loader.h"
 #include "quant/quantize.h"
 #include "sample/sampler.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -25,7 +26,7 @@ using namespace vatic::testing;
 const char* kTiny = "glm4-moe-lite-tiny";
 
 std::unique_ptr<LanguageModel> load(const fs::path& dir) {
-  return load_language_model(ModelSource::from_directory(dir));
+  return load_language_model(ModelSource::from_directory(dir), test_device());
 }
 
 std::vector<float> logits_of(LanguageModel& lm, SequenceState& st, const std::vector<int32_t>& toks, int64_t n_out) {

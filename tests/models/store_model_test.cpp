@@ -9,6 +9,7 @@
 #include "models/loader.h"
 #include "modelfile/modelfile.h"
 #include "store/store.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -44,7 +45,7 @@ TEST_F(StoreModels, UnquantizedReproducesTheReferenceLogitsAndTokens) {
   ASSERT_TRUE(src.draft);
   // gemma4-e2b-tiny: the only KV-owning full layer is 4 (layer 9 shares its cache): one KV head of 32, K and V, f32.
   EXPECT_EQ(store_->show("e2b").kv_bytes_per_token, 2 * 1 * 32 * 4);
-  auto lm = load_language_model(src);
+  auto lm = load_language_model(src, test_device());
   TensorStore ref(fixtures() / "models" / "gemma4-e2b-tiny.reference.safetensors");
   const auto& cases = fixture_index()["models"]["gemma4-e2b-tiny"]["cases"];
   for (size_t c = 0; c < cases.size(); c++) {
@@ -74,7 +75,7 @@ TEST_F(StoreModels, QuantizedModelsLoadSmallerAndStayClose) {
   create("e2b", "");
   create("e2b-int8", "int8", "int8");
   create("e2b-int4", "int4");
-  auto bf16 = load_language_model(store_->resolve("e2b"));
+  auto bf16 = load_language_model(store_->resolve("e2b"), test_device());
   auto prompt = ints(fixture_index()["models"]["gemma4-e2b-tiny"]["cases"][2]["prompt"]);
   auto st = bf16->new_state();
   auto ref = ops::to_vector(bf16->forward(*st, prompt, 1).logits);
@@ -82,7 +83,7 @@ TEST_F(StoreModels, QuantizedModelsLoadSmallerAndStayClose) {
   double err8 = 0, err4 = 0;
   for (auto [name, err] : {std::pair<std::string, double*>{"e2b-int8", &err8}, {"e2b-int4", &err4}}) {
     ModelSource src = store_->resolve(name);
-    auto lm = load_language_model(src);
+    auto lm = load_language_model(src, test_device());
     EXPECT_LT(lm->info().weight_bytes, bf16->info().weight_bytes) << name;
     auto s = lm->new_state();
     auto got = ops::to_vector(lm->forward(*s, prompt, 1).logits);

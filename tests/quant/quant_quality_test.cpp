@@ -23,6 +23,7 @@
 #include "quant/policy.h"
 #include "quant/quantize.h"
 #include "util/json.h"
+#include "test_device.h"
 
 namespace vatic {
 namespace {
@@ -101,9 +102,9 @@ std::vector<double> log_softmax(const float* x, int64_t n) {
 // With vs_fake, the reference is the dequantized-F32 checkpoint instead of BF16 (kernel error only).
 Quality measure(const std::string& model, QuantType type, int group, bool vs_fake = false) {
   fs::path fdir = vs_fake ? quantized_fixture(model, type, group, true) : fs::path();
-  auto ref = load_language_model(ModelSource::from_directory(vs_fake ? fdir : fixture(model)));
+  auto ref = load_language_model(ModelSource::from_directory(vs_fake ? fdir : fixture(model)), test_device());
   fs::path qdir = quantized_fixture(model, type, group);
-  auto qm = load_language_model(ModelSource::from_directory(qdir));
+  auto qm = load_language_model(ModelSource::from_directory(qdir), test_device());
   EXPECT_EQ(qm->info().quantization, "quantized");
   if (vs_fake) fs::remove_all(fdir);
   const int64_t V = ref->info().vocab_size;

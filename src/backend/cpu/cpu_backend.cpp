@@ -1,9 +1,11 @@
 #include <omp.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <numeric>
 #include <vector>
 
 #include "backend/backend.h"
@@ -93,6 +95,13 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::CPU; }
   const char* name() const override { return "cpu"; }
+  DeviceMemory memory() const override {
+    DeviceMemory m;
+    const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);
+    m.total = static_cast<size_t>(pages) * static_cast<size_t>(page);
+    m.free = static_cast<size_t>(avail) * static_cast<size_t>(page);
+    return m;
+  }
 
   Tensor empty(const Shape& shape, DType dtype) override { return Tensor::uninitialized(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }
@@ -486,6 +495,112 @@ class CpuBackend final : public Backend {
       }
     }
   }
+
+  void matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y) override {
+    const int64_t R = experts.numel(), X = x.dim(0), E = w.weight.dim(0), K = x.dim(1), N = w.out_features();
+    VATIC_CHECK(w.weight.ndim() == 3 && X > 0 && R % X == 0 && y.dim(0) == R && y.dim(1) == N &&
+                    w.in_features() == K && experts.dtype() == DType::I32 && experts.is_contiguous(),
+                "matmul_experts: x {} · W{} for {} routed rows -> y {}", x.describe(), w.weight.describe(), R,
+                y.describe());
+    const int64_t per = R / X;
+    const int32_t* ex = experts.data<int32_t>();
+    // Group rows by expert so each expert's weights stream once.
+    std::vector<std::vector<int64_t>> rows(static_cast<size_t>(E));
+    for (int64_t r = 0; r < R; r++) {
+      VATIC_CHECK(ex[r] >= 0 && ex[r] < E, "expert {} of {} routed", ex[r], E);
+      rows[ex[r]].push_back(r);
+    }
+    for (int64_t e = 0; e < E; e++) {
+      const auto& rs = rows[e];
+      if (rs.empty()) continue;
+      const int64_t n = static_cast<int64_t>(rs.size());
+      Tensor xe = empty({n, K}, DType::F32), ye = empty({n, N}, DType::F32);
+      for (int64_t j = 0; j < n; j++) copy(x.slice(0, rs[j] / per, rs[j] / per + 1), xe.slice(0, j, j + 1));
+      matmul(xe, w.select(e), ye, false);
+      for (int64_t j = 0; j < n; j++) copy(ye.slice(0, j, j + 1), y.slice(0, rs[j], rs[j] + 1));
+    }
+  }
+
+  void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) override {
+    const int64_t T = out.dim(0), D = out.dim(1), k = weights.dim(1);
+    VATIC_CHECK(rows.dim(0) == T * k && rows.dim(1) == D && weights.dim(0) == T && rows.is_contiguous() &&
+                    weights.is_contiguous() && out.is_contiguous(),
+                "combine_rows: rows {} weights {} out {}", rows.describe(), weights.describe(), out.describe());
+    const float* R = rows.data<float>();
+    const float* W = weights.data<float>();
+    float* O = out.data<float>();
+    for (int64_t t = 0; t < T; t++) {
+      float* o = O + t * D;
+      std::fill(o, o + D, 0.0f);
+      for (int64_t j = 0; j < k; j++) kernels().axpy(W[t * k + j], R + (t * k + j) * D, o, D);
+    }
+  }
+
+  void route(const Tensor& a, const RouteParams& p, const Tensor& weights, const Tensor& experts) override {
+    const int64_t E = a.dim(-1), T = a.numel() / E;
+    const int K = p.k;
+    VATIC_CHECK(a.is_contiguous() && K > 0 && K <= E && weights.numel() == T * K && experts.numel() == T * K &&
+                    p.groups > 0 && E % p.groups == 0 && p.groups_kept > 0 && p.groups_kept <= p.groups,
+                "route: {} into {} experts ({} groups, {} kept)", a.describe(), K, p.groups, p.groups_kept);
+    const float ninf = -std::numeric_limits<float>::infinity();
+    const float* bias = p.bias ? p.bias->data<float>() : nullptr;
+    const float* es = p.expert_scale ? p.expert_scale->data<float>() : nullptr;
+    std::vector<float> prob(E), choice(E), gscore(p.groups);
+    std::vector<int> order(E), gorder(p.groups);
+    const int per_group = static_cast<int>(E / p.groups);
+    for (int64_t t = 0; t < T; t++) {
+      const float* x = a.data<float>() + t * E;
+      if (p.kind == RouteParams::Softmax) {
+        float mx = ninf;
+        for (int64_t e = 0; e < E; e++) mx = std::max(mx, x[e]);
+        double sum = 0;
+        for (int64_t e = 0; e < E; e++) {
+          prob[e] = std::exp(x[e] - mx);
+          sum += prob[e];
+        }
+        const float inv = static_cast<float>(1.0 / sum);
+        for (int64_t e = 0; e < E; e++) {
+          prob[e] *= inv;
+          choice[e] = prob[e];
+        }
+      } else {
+        for (int64_t e = 0; e < E; e++) {
+          prob[e] = 1.0f / (1.0f + std::exp(-x[e]));
+          choice[e] = prob[e] + (bias ? bias[e] : 0.0f);
+        }
+      }
+      if (p.groups > 1 && p.groups_kept < p.groups) {
+        // Group score: the sum of its two best choice scores; only the best groups_kept groups stay.
+        for (int g = 0; g < p.groups; g++) {
+          float b1 = ninf, b2 = ninf;
+          for (int e = g * per_group; e < (g + 1) * per_group; e++) {
+            if (choice[e] > b1) {
+              b2 = b1;
+              b1 = choice[e];
+            } else if (choice[e] > b2) {
+              b2 = choice[e];
+            }
+          }
+          gscore[g] = per_group >= 2 ? b1 + b2 : b1;
+        }
+        std::iota(gorder.begin(), gorder.end(), 0);
+        std::stable_sort(gorder.begin(), gorder.end(), [&](int i, int j) { return gscore[i] > gscore[j]; });
+        for (int r = p.groups_kept; r < p.groups; r++)
+          for (int e = gorder[r] * per_group; e < (gorder[r] + 1) * per_group; e++) choice[e] = ninf;
+      }
+      std::iota(order.begin(), order.end(), 0);
+      std::partial_sort(order.begin(), order.begin() + K, order.end(),
+                        [&](int i, int j) { return choice[i] > choice[j] || (choice[i] == choice[j] && i < j); });
+      float sum = 0;
+      for (int j = 0; j < K; j++) sum += prob[order[j]];
+      const float norm = p.renormalize ? 1.0f / (p.kind == RouteParams::Sigmoid ? sum + 1e-20f : sum) : 1.0f;
+      for (int j = 0; j < K; j++) {
+        const int e = order[j];
+        weights.data<float>()[t * K + j] = prob[e] * norm * p.scale * (es ? es[e] : 1.0f);
+        experts.data<int32_t>()[t * K + j] = e;
+      }
+    }
+  }
 };
 
 }  // namespace
@@ -495,9 +610,5 @@ Backend& cpu_backend() {
   return b;
 }
 
-Backend& backend_for(Device device) {
-  if (device == Device::CPU) return cpu_backend();
-  fail("no {} backend in this build", device_name(device));
-}
 
 }  // namespace vatic

@@ -9,9 +9,11 @@
 namespace vatic {
 
 Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig config,
-                                 std::shared_ptr<const TensorStore> weights)
+                                 std::shared_ptr<const Weights> weights)
     : target_(target), cfg_(std::move(config)), weights_(std::move(weights)) {
-  const TensorStore& ts = *weights_;
+  const Weights& ts = *weights_;
+  VATIC_CHECK(ts.device() == target.device(), "the drafter's weights are on {}, its target on {}", ts.device().str(),
+              target.device().str());
   const auto& tc = cfg_.text;
   const auto& target_cfg = target.config();
   const int64_t Ha = tc.hidden_size, BH = cfg_.backbone_hidden_size, V = tc.vocab_size;
@@ -26,7 +28,7 @@ Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig conf
   embed_ = load_linear(ts, tc.tensor_prefix + "embed_tokens", V, Ha);
   if (cfg_.use_ordered_embeddings) {
     centroids_ = load_linear(ts, "masked_embedding.centroids", cfg_.num_centroids, Ha);
-    Tensor ord = ops::to_host(ts.require("masked_embedding.token_ordering", {V}));
+    Tensor ord = ts.host("masked_embedding.token_ordering", {V});
     token_ordering_.resize(V);
     for (int64_t i = 0; i < V; i++)
       token_ordering_[i] = ord.dtype() == DType::I64 ? static_cast<int32_t>(ord.data<int64_t>()[i]) : ord.data<int32_t>()[i];
@@ -64,11 +66,11 @@ Tensor Gemma4Assistant::head(const Tensor& y) {
     int32_t c = chosen.data<int32_t>()[j];
     for (int64_t k = 0; k < per; k++) ids.push_back(token_ordering_[c * per + k]);
   }
-  Tensor rows = ops::embedding(embed_, ops::ids(ids), 1.0f);  // [n, Ha]
+  Tensor rows = ops::embedding(embed_, ops::ids(ids, y.device()), 1.0f);  // [n, Ha]
   std::vector<float> sel = ops::to_vector(ops::matmul(y, Linear{rows, {}, {}, 0, 0}));
   std::vector<float> logits(V, -std::numeric_limits<float>::infinity());
   for (size_t j = 0; j < ids.size(); j++) logits[ids[j]] = sel[j];
-  return Tensor::from_floats(logits, {1, V});
+  return ops::to_device(Tensor::from_floats(logits, {1, V}), y.device());
 }
 
 std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,
@@ -77,12 +79,13 @@ std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t 
   const auto& tc = cfg_.text;
   const float eps = static_cast<float>(tc.rms_norm_eps);
   const int64_t p = st.length();  // the position of last_token: every step queries here
-  Tensor positions = ops::ids({static_cast<int32_t>(p)});
+  const Device dev = target_.device();
+  Tensor positions = ops::ids({static_cast<int32_t>(p)}, dev);
   Tensor h = last_hidden.reshape({1, cfg_.backbone_hidden_size});
   int32_t t = last_token;
   std::vector<Tensor> out;
   for (int step = 0; step < steps; step++) {
-    Tensor e = target_.embed(ops::ids({t}));
+    Tensor e = target_.embed(ops::ids({t}, dev));
     Tensor x = ops::matmul(ops::concat_cols(e, h), pre_projection_);
     for (int i = 0; i < tc.num_layers; i++) {
       const auto& lc = tc.layer(i);

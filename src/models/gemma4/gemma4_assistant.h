@@ -12,7 +12,7 @@ namespace vatic {
 
 class Gemma4Assistant final : public Drafter {
  public:
-  Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig config, std::shared_ptr<const TensorStore> weights);
+  Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig config, std::shared_ptr<const Weights> weights);
 
   std::vector<Tensor> draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden, int steps,
                             const std::function<int32_t(const Tensor& logits)>& choose) override;
@@ -24,7 +24,7 @@ class Gemma4Assistant final : public Drafter {
 
   Gemma4Model& target_;
   Gemma4AssistantConfig cfg_;
-  std::shared_ptr<const TensorStore> weights_;
+  std::shared_ptr<const Weights> weights_;
   std::vector<Gemma4Layer> layers_;
   std::vector<int> donors_;  // target layer whose cache each layer reads
   Linear pre_projection_, post_projection_;

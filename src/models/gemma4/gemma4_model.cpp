@@ -9,7 +9,7 @@
 
 namespace vatic {
 
-Tensor Gemma4Model::rope_frequencies(const RopeConfig& rope, int head_dim) {
+Tensor Gemma4Model::rope_frequencies(const RopeConfig& rope, int head_dim, Device device) {
   // As transformers computes them in float32: theta^(-2i/d) for the rotated pairs, 0 (identity) for the rest.
   const int pairs = head_dim / 2;
   const int rotated = rope.type == "proportional" ? rope.rotated_pairs(head_dim) : pairs;
@@ -17,10 +17,10 @@ Tensor Gemma4Model::rope_frequencies(const RopeConfig& rope, int head_dim) {
   const float theta = static_cast<float>(rope.theta);
   for (int i = 0; i < rotated; i++)
     f[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
-  return ops::floats(f);
+  return ops::floats(f, device);
 }
 
-Gemma4Layer Gemma4Model::load_layer(const TensorStore& ts, const std::string& p, const Gemma4LayerConfig& lc,
+Gemma4Layer Gemma4Model::load_layer(const Weights& ts, const std::string& p, const Gemma4LayerConfig& lc,
                                     int64_t heads, int64_t hidden) {
   Gemma4Layer l;
   const int64_t H = hidden, d = lc.head_dim, I = lc.intermediate_size;
@@ -35,13 +35,13 @@ Gemma4Layer Gemma4Model::load_layer(const TensorStore& ts, const std::string& p,
   l.up = load_linear(ts, p + "mlp.up_proj", I, H);
   l.down = load_linear(ts, p + "mlp.down_proj", H, I);
   l.layer_scalar = ts.has(p + "layer_scalar") ? load_scalar(ts, p + "layer_scalar") : 1.0f;
-  l.inv_freq = rope_frequencies(lc.rope, lc.head_dim);
+  l.inv_freq = rope_frequencies(lc.rope, lc.head_dim, ts.device());
   return l;
 }
 
-Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorStore> weights)
+Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const Weights> weights)
     : cfg_(std::move(config)), weights_(std::move(weights)) {
-  const TensorStore& ts = *weights_;
+  const Weights& ts = *weights_;
   const std::string& P = cfg_.tensor_prefix;
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
   embed_tokens_ = load_linear(ts, P + "embed_tokens", V, H);
@@ -93,12 +93,12 @@ Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorSt
   for (const auto& name : ts.names()) {
     // Count what this model uses (skips vision/audio towers and stale KV tensors of shared layers).
     if (name.rfind(P, 0) != 0) continue;
-    Tensor t = ts.get(name);
+    Tensor t = ts.host(name);
     info_.weight_bytes += t.nbytes();
     // Packed quantized weights hold 32/bits values per word; their scales and biases are not parameters.
     const bool aux = name.ends_with(".scales") || name.ends_with(".biases");
     if (t.dtype() == DType::U32)
-      info_.parameter_count += t.numel() * 32 / quant_spec_of(ts, name).bits;
+      info_.parameter_count += t.numel() * 32 / quant_spec_of(ts.store(), name).bits;
     else if (!aux)
       info_.parameter_count += t.numel();
   }
@@ -119,9 +119,9 @@ std::unique_ptr<SequenceState> Gemma4Model::new_state() const {
       st->caches.emplace_back(nullptr);
     } else if (lc.is_sliding) {
       st->caches.emplace_back(std::make_unique<SlidingKvCache>(lc.num_kv_heads, lc.head_dim, lc.head_dim,
-                                                               cfg_.sliding_window, Device::CPU));
+                                                               cfg_.sliding_window, device()));
     } else {
-      st->caches.emplace_back(std::make_unique<FullKvCache>(lc.num_kv_heads, lc.head_dim, lc.head_dim, Device::CPU));
+      st->caches.emplace_back(std::make_unique<FullKvCache>(lc.num_kv_heads, lc.head_dim, lc.head_dim, device()));
     }
   }
   return st;
@@ -165,46 +165,23 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
 
 Tensor Gemma4Model::moe_block(const Gemma4Layer& l, const Tensor& r) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  const int64_t T = r.dim(0), H = cfg_.hidden_size, MI = cfg_.moe_intermediate_size;
+  const int64_t H = cfg_.hidden_size, MI = cfg_.moe_intermediate_size;
   const int K = cfg_.top_k_experts;
   Tensor m1 = ops::rms_norm(mlp(l, ops::rms_norm(r, l.pre_ff_ln, eps)), l.post_ff_ln1, eps);
   // Router: weight-less norm of the raw residual, learned scale, H^-1/2.
   Tensor z = ops::scale(ops::mul(ops::rms_norm(r, Tensor(), eps), l.router_scale), 1.0f / std::sqrt(float(H)));
-  Tensor probs = ops::softmax(ops::matmul(z, l.router));
-  Tensor top_w, top_i;
-  ops::topk(probs, K, &top_w, &top_i);
-  std::vector<float> w = ops::to_vector(top_w);
-  std::vector<int32_t> idx(static_cast<size_t>(T * K));
-  {
-    Tensor hi = ops::to_host(top_i);
-    std::copy(hi.data<int32_t>(), hi.data<int32_t>() + T * K, idx.begin());
-  }
-  std::vector<float> pes = ops::to_vector(l.per_expert_scale);
+  // Routing stays on the device: softmax over experts, top k, renormalised, times each expert's learned scale.
+  RouteParams rp;
+  rp.kind = RouteParams::Softmax;
+  rp.k = K;
+  rp.renormalize = true;
+  rp.expert_scale = &l.per_expert_scale;
+  Tensor weights, experts;
+  ops::route(ops::matmul(z, l.router), rp, &weights, &experts);
   Tensor x2 = ops::rms_norm(r, l.pre_ff_ln2, eps);
-  Tensor m2 = ops::zeros({T, H});
-  // Group tokens by expert so each expert's weights stream once per forward.
-  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(cfg_.num_experts);
-  for (int64_t t = 0; t < T; t++) {
-    float sum = 0;
-    for (int j = 0; j < K; j++) sum += w[t * K + j];
-    for (int j = 0; j < K; j++) {
-      int32_t e = idx[t * K + j];
-      by_expert[e].push_back({t, w[t * K + j] / sum * pes[e]});
-    }
-  }
-  for (int e = 0; e < cfg_.num_experts; e++) {
-    const auto& rows = by_expert[e];
-    if (rows.empty()) continue;
-    const int64_t n = static_cast<int64_t>(rows.size());
-    Tensor xe = ops::zeros({n, H});
-    for (int64_t j = 0; j < n; j++) ops::copy_into(x2.slice(0, rows[j].first, rows[j].first + 1), xe.slice(0, j, j + 1));
-    Linear gu = l.experts_gate_up.select(e);
-    Tensor g = ops::matmul(xe, gu.rows(0, MI));
-    Tensor u = ops::matmul(xe, gu.rows(MI, 2 * MI));
-    Tensor y = ops::matmul(ops::gated(Unary::GeluTanh, g, u), l.experts_down.select(e));
-    for (int64_t j = 0; j < n; j++)
-      ops::add_inplace(m2.slice(0, rows[j].first, rows[j].first + 1), ops::scale(y.slice(0, j, j + 1), rows[j].second));
-  }
+  Tensor gu = ops::matmul_experts(x2, l.experts_gate_up, experts);  // [T·K, 2·MI]
+  Tensor act = ops::gated(Unary::GeluTanh, ops::contiguous(gu.slice(1, 0, MI)), ops::contiguous(gu.slice(1, MI, 2 * MI)));
+  Tensor m2 = ops::combine_rows(ops::matmul_experts(act, l.experts_down, experts), weights);  // [T, H]
   m2 = ops::rms_norm(m2, l.post_ff_ln2, eps);
   return ops::add(m1, m2);
 }
@@ -226,10 +203,10 @@ ForwardResult Gemma4Model::forward(SequenceState& state, const std::vector<int32
   VATIC_CHECK(n_out >= 0 && n_out <= T, "forward: {} outputs requested from {} tokens", n_out, T);
   const int64_t p0 = st.length();
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  Tensor ids = ops::ids(tokens);
+  Tensor ids = ops::ids(tokens, device());
   std::vector<int32_t> pos(T);
   std::iota(pos.begin(), pos.end(), static_cast<int32_t>(p0));
-  Tensor positions = ops::ids(pos);
+  Tensor positions = ops::ids(pos, device());
 
   Tensor x = embed(ids);
   Tensor ple;

@@ -6,7 +6,7 @@
 
 #include "backend/linear.h"
 #include "formats/model_config.h"
-#include "formats/safetensors.h"
+#include "models/weights.h"
 #include "models/kv_state.h"
 #include "models/model.h"
 
@@ -29,7 +29,7 @@ struct Gemma4Layer {
 
 class Gemma4Model final : public LanguageModel {
  public:
-  Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const TensorStore> weights);
+  Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const Weights> weights);
 
   const ModelTraits& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_state() const override;
@@ -39,15 +39,16 @@ class Gemma4Model final : public LanguageModel {
   const Gemma4TextConfig& config() const { return cfg_; }
   // The target's scaled token embedding (the assistant drafter is fed with it).
   Tensor embed(const Tensor& ids) const;
+  Device device() const override { return weights_->device(); }
   const Gemma4Layer& layer(int i) const { return layers_.at(static_cast<size_t>(i)); }
 
   // Shared by the assistant drafter: one Gemma 4 attention + MLP layer over caches it does not own.
   static Tensor attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,
                                   const Tensor& positions, float eps);
   static Tensor mlp(const Gemma4Layer& l, const Tensor& y);
-  static Tensor rope_frequencies(const RopeConfig& rope, int head_dim);
+  static Tensor rope_frequencies(const RopeConfig& rope, int head_dim, Device device);
   // What every Gemma 4 layer has: norms, Q/O projections and Q norm, the dense MLP, layer_scalar, RoPE table.
-  static Gemma4Layer load_layer(const TensorStore& ts, const std::string& prefix, const Gemma4LayerConfig& lc,
+  static Gemma4Layer load_layer(const Weights& ts, const std::string& prefix, const Gemma4LayerConfig& lc,
                                 int64_t heads, int64_t hidden);
 
  private:
@@ -56,7 +57,7 @@ class Gemma4Model final : public LanguageModel {
   Tensor per_layer_inputs(const Tensor& ids, const Tensor& x0);  // [T, L, P]
 
   Gemma4TextConfig cfg_;
-  std::shared_ptr<const TensorStore> weights_;
+  std::shared_ptr<const Weights> weights_;
   ModelTraits info_;
   Linear embed_tokens_;  // [V, H], also the tied LM head
   Linear lm_head_;

@@ -5,9 +5,10 @@
 
 namespace vatic {
 
-std::unique_ptr<LanguageModel> load_glm4_moe_lite(const json& config, const ModelSource& source) {
+std::unique_ptr<LanguageModel> load_glm4_moe_lite(const json& config, const ModelSource& source,
+                                                  std::shared_ptr<const Weights> weights) {
   return std::make_unique<Glm4MoeLiteModel>(Glm4MoeLiteConfig::parse(config, source.config.string()),
-                                            open_weights(source));
+                                            std::move(weights));
 }
 
 std::unique_ptr<Drafter> load_builtin_drafter(LanguageModel& target) {

@@ -19,11 +19,11 @@ constexpr float kLoraNormEps = 1e-6f;
 
 // A stacked [E, out, in] weight stored under WNAME (which may end in ".weight"; quantized scales/biases then sit
 // under the name without that suffix, as the store writes them).
-Linear load_stacked_weight(const TensorStore& ts, const std::string& wname, int64_t E, int64_t out, int64_t in) {
+Linear load_stacked_weight(const Weights& ts, const std::string& wname, int64_t E, int64_t out, int64_t in) {
   const std::string base = quant_base_name(wname);
   Linear l;
   if (ts.has(base + ".scales")) {
-    QuantSpec q = quant_spec_of(ts, wname);
+    QuantSpec q = quant_spec_of(ts.store(), wname);
     l.weight = ts.require(wname, {E, out, in * q.bits / 32});
     l.scales = ts.require(base + ".scales", {E, out, in / q.group_size});
     l.biases = ts.require(base + ".biases", {E, out, in / q.group_size});
@@ -54,9 +54,9 @@ Linear absorbed_uk(const Linear& kv_b, int64_t nh, int64_t nope, int64_t v, int6
 
 }  // namespace
 
-Glm4MoeLiteModel::Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<const TensorStore> weights)
+Glm4MoeLiteModel::Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<const Weights> weights)
     : cfg_(std::move(config)), weights_(std::move(weights)) {
-  const TensorStore& ts = *weights_;
+  const Weights& ts = *weights_;
   const std::string& P = cfg_.tensor_prefix;
   const int64_t H = cfg_.hidden_size, V = cfg_.vocab_size;
   embed_tokens_ = ts.require(P + "embed_tokens.weight", {V, H});
@@ -71,7 +71,7 @@ Glm4MoeLiteModel::Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<con
   for (int i = 0; i < rope / 2; i++)
     f[static_cast<size_t>(i)] =
         1.0f / std::pow(static_cast<float>(cfg_.rope_theta), static_cast<float>(2 * i) / static_cast<float>(rope));
-  inv_freq_ = ops::floats(f);
+  inv_freq_ = ops::floats(f, device());
 
   layers_.reserve(static_cast<size_t>(cfg_.num_layers));
   for (int i = 0; i < cfg_.num_layers; i++) {
@@ -91,7 +91,7 @@ Glm4MoeLiteModel::Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<con
     // Count the main model only: the MTP layers (model.layers.L.. for L >= num_hidden_layers) belong to the drafter.
     const std::string lp = P + "layers.";
     if (name.rfind(lp, 0) == 0 && std::atoi(name.c_str() + lp.size()) >= cfg_.num_layers) continue;
-    Tensor t = ts.get(name);
+    Tensor t = ts.host(name);
     info_.weight_bytes += t.nbytes();
     if (name.ends_with(".scales") || name.ends_with(".biases")) {
       quantized = true;
@@ -99,7 +99,7 @@ Glm4MoeLiteModel::Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<con
     }
     // Packed U32 weights: bits per element from the quantization metadata.
     if (t.dtype() == DType::U32 && ts.has(quant_base_name(name) + ".scales"))
-      info_.parameter_count += t.numel() * 32 / quant_spec_of(ts, name).bits;
+      info_.parameter_count += t.numel() * 32 / quant_spec_of(ts.store(), name).bits;
     else
       info_.parameter_count += t.numel();
   }
@@ -112,7 +112,7 @@ Glm4MoeLiteModel::Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<con
 }
 
 Glm4LayerWeights Glm4MoeLiteModel::load_layer(const std::string& p) const {
-  const TensorStore& ts = *weights_;
+  const Weights& ts = *weights_;
   const int64_t H = cfg_.hidden_size, nh = cfg_.num_attention_heads, nope = cfg_.qk_nope_head_dim,
                 rope = cfg_.qk_rope_head_dim, v = cfg_.v_head_dim, kvl = cfg_.kv_lora_rank, dqk = nope + rope;
   Glm4LayerWeights l;
@@ -132,6 +132,14 @@ Glm4LayerWeights Glm4MoeLiteModel::load_layer(const std::string& p) const {
   a.kv_a_norm = load_f32(ts, s + "kv_a_layernorm.weight", {kvl});
   a.kv_b = load_linear(ts, s + "kv_b_proj", nh * (nope + v), kvl);
   a.uk_t = absorbed_uk(a.kv_b, nh, nope, v, kvl);
+  // W_UV[h] = rows h·(nope+v)+nope .. (h+1)·(nope+v) of kv_b: a per-head stacked view, no copy.
+  a.uv = a.kv_b;
+  a.uv.weight = a.kv_b.weight.reshape({nh, nope + v, a.kv_b.weight.dim(-1)});
+  if (a.kv_b.quantized()) {
+    a.uv.scales = a.kv_b.scales.reshape({nh, nope + v, a.kv_b.scales.dim(-1)});
+    a.uv.biases = a.kv_b.biases.reshape({nh, nope + v, a.kv_b.biases.dim(-1)});
+  }
+  a.uv = a.uv.rows(nope, nope + v);
   a.o = load_linear(ts, s + "o_proj", H, nh * v);
 
   auto& f = l.ffn;
@@ -146,7 +154,7 @@ Glm4LayerWeights Glm4MoeLiteModel::load_layer(const std::string& p) const {
   }
   const int64_t E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
   f.router = load_linear(ts, m + "gate", E, H);
-  f.score_bias = ops::to_vector(ts.require(m + "gate.e_score_correction_bias", {E}));
+  f.score_bias = load_f32(ts, m + "gate.e_score_correction_bias", {E});
   if (cfg_.n_shared_experts > 0) {
     const int64_t S = I * cfg_.n_shared_experts;
     f.gate = load_linear(ts, m + "shared_experts.gate_proj", S, H);
@@ -154,38 +162,27 @@ Glm4LayerWeights Glm4MoeLiteModel::load_layer(const std::string& p) const {
     f.down = load_linear(ts, m + "shared_experts.down_proj", H, S);
   }
   const std::string e = m + "experts.";
-  f.exp_gate.resize(static_cast<size_t>(E));
-  f.exp_up.resize(static_cast<size_t>(E));
-  f.exp_down.resize(static_cast<size_t>(E));
   if (ts.has(e + "gate_up_proj") || ts.has(e + "gate_up_proj.weight")) {
     // Fused (transformers v5): gate_up_proj [E, 2I, H], down_proj [E, H, I].
     const std::string gu = ts.has(e + "gate_up_proj") ? e + "gate_up_proj" : e + "gate_up_proj.weight";
     const std::string dn = ts.has(e + "down_proj") ? e + "down_proj" : e + "down_proj.weight";
-    Linear gate_up = load_stacked_weight(ts, gu, E, 2 * I, H), down = load_stacked_weight(ts, dn, E, H, I);
-    for (int64_t x = 0; x < E; x++) {
-      Linear g = gate_up.select(x);
-      f.exp_gate[x] = g.rows(0, I);
-      f.exp_up[x] = g.rows(I, 2 * I);
-      f.exp_down[x] = down.select(x);
-    }
+    Linear gate_up = load_stacked_weight(ts, gu, E, 2 * I, H);
+    f.exp_gate = gate_up.rows(0, I);
+    f.exp_up = gate_up.rows(I, 2 * I);
+    f.exp_down = load_stacked_weight(ts, dn, E, H, I);
   } else if (ts.has(e + "gate_proj.weight")) {
     // Stacked per projection (the store's layout for quantized GLM experts): [E, I, H], [E, I, H], [E, H, I].
-    Linear g = load_stacked_weight(ts, e + "gate_proj.weight", E, I, H);
-    Linear u = load_stacked_weight(ts, e + "up_proj.weight", E, I, H);
-    Linear d = load_stacked_weight(ts, e + "down_proj.weight", E, H, I);
-    for (int64_t x = 0; x < E; x++) {
-      f.exp_gate[x] = g.select(x);
-      f.exp_up[x] = u.select(x);
-      f.exp_down[x] = d.select(x);
-    }
+    f.exp_gate = load_stacked_weight(ts, e + "gate_proj.weight", E, I, H);
+    f.exp_up = load_stacked_weight(ts, e + "up_proj.weight", E, I, H);
+    f.exp_down = load_stacked_weight(ts, e + "down_proj.weight", E, H, I);
   } else {
-    // One tensor per expert and projection (the released checkpoints).
-    for (int64_t x = 0; x < E; x++) {
-      const std::string q = e + std::to_string(x) + ".";
-      f.exp_gate[x] = load_linear(ts, q + "gate_proj", I, H);
-      f.exp_up[x] = load_linear(ts, q + "up_proj", I, H);
-      f.exp_down[x] = load_linear(ts, q + "down_proj", H, I);
-    }
+    // One tensor per expert and projection (the released checkpoints), stacked on the device.
+    auto name = [&](const char* proj) {
+      return [&e, proj](int64_t x) { return e + std::to_string(x) + "." + proj; };
+    };
+    f.exp_gate = load_experts(ts, name("gate_proj"), E, I, H);
+    f.exp_up = load_experts(ts, name("up_proj"), E, I, H);
+    f.exp_down = load_experts(ts, name("down_proj"), E, H, I);
   }
   return l;
 }
@@ -194,7 +191,7 @@ std::unique_ptr<SequenceState> Glm4MoeLiteModel::new_state() const {
   auto st = std::make_unique<KvState>();
   for (int i = 0; i < cfg_.num_layers; i++)
     st->caches.emplace_back(
-        std::make_unique<FullKvCache>(1, cfg_.kv_lora_rank + cfg_.qk_rope_head_dim, 0, Device::CPU));
+        std::make_unique<FullKvCache>(1, cfg_.kv_lora_rank + cfg_.qk_rope_head_dim, 0, device()));
   return st;
 }
 
@@ -221,24 +218,18 @@ Tensor Glm4MoeLiteModel::attention(const Glm4MlaWeights& a, const Tensor& x, con
   ops::rope_inplace(entry.slice(2, kvl, kvl + rope), rope_pos, inv_freq_, il);
   cache.append(entry, ops::empty_like(ckv, {T, 1, 0}));
 
-  // Absorbed queries [T, nh, kvl + rope]: W_UK[h]ᵀ q_nope_h beside q_rot_h.
+  // Absorbed queries [T, nh, kvl + rope]: W_UK[h]ᵀ q_nope_h beside q_rot_h, every head in one call.
   Tensor qa = ops::empty_like(q, {T, nh, kvl + rope});
-  for (int64_t h = 0; h < nh; h++) {
-    Tensor qh = q.select(1, h);  // [T, dqk], rows strided
-    ops::copy_into(ops::matmul(qh.slice(1, 0, nope), a.uk_t.select(h)), qa.select(1, h).slice(1, 0, kvl));
-    ops::copy_into(qh.slice(1, nope, dqk), qa.select(1, h).slice(1, kvl, kvl + rope));
-  }
+  Tensor q_nope = ops::contiguous(q.slice(2, 0, nope)).reshape({T * nh, nope});
+  ops::copy_into(ops::matmul_experts(q_nope, a.uk_t, head_ids(T)).reshape({T, nh, kvl}), qa.slice(2, 0, kvl));
+  ops::copy_into(q.slice(2, nope, dqk), qa.slice(2, kvl, kvl + rope));
   Tensor keys = cache.keys();  // [S, 1, kvl + rope]
   AttentionParams ap;
   ap.scale = static_cast<float>(cfg_.attention_scale());
   Tensor lat = ops::attention(qa, keys, keys.slice(2, 0, kvl), slot_pos, cache.positions(), ap);  // [T, nh, kvl]
 
-  // Per head W_UV[h] · latent, then o_proj.
-  Tensor heads = ops::empty_like(lat, {T, nh * v});
-  for (int64_t h = 0; h < nh; h++) {
-    Linear uv = a.kv_b.rows(h * (nope + v) + nope, (h + 1) * (nope + v));
-    ops::copy_into(ops::matmul(lat.select(1, h), uv), heads.slice(1, h * v, (h + 1) * v));
-  }
+  // W_UV[h] · latent for every head in one call, then o_proj.
+  Tensor heads = ops::matmul_experts(lat.reshape({T * nh, kvl}), a.uv, head_ids(T)).reshape({T, nh * v});
   return ops::matmul(heads, a.o);
 }
 
@@ -248,67 +239,34 @@ Tensor Glm4MoeLiteModel::ffn(const Glm4FfnWeights& f, const Tensor& x) const {
   };
   if (!f.moe) return mlp(f.gate, f.up, f.down, x);
 
-  const int64_t T = x.dim(0), H = cfg_.hidden_size;
-  const int E = cfg_.n_routed_experts, K = cfg_.num_experts_per_tok, G = cfg_.n_group, TG = cfg_.topk_group;
-  const int per_group = E / G;
-  // Router in f32 (the input is f32 and the matmul accumulates in f32); the decisions are made on the host.
-  std::vector<float> s = ops::to_vector(ops::unary(Unary::Sigmoid, ops::matmul(x, f.router)));
-  std::vector<std::vector<std::pair<int64_t, float>>> by_expert(static_cast<size_t>(E));
-  std::vector<float> choice(static_cast<size_t>(E));
-  std::vector<int> order(static_cast<size_t>(E)), gorder(static_cast<size_t>(G));
-  std::vector<float> gscore(static_cast<size_t>(G));
-  const float ninf = -std::numeric_limits<float>::infinity();
-  for (int64_t t = 0; t < T; t++) {
-    const float* st = s.data() + t * E;
-    for (int e = 0; e < E; e++) choice[e] = st[e] + f.score_bias[e];
-    if (G > 1 && TG < G) {
-      // Group score: sum of the two best biased scores of the group; keep the topk_group best groups.
-      for (int g = 0; g < G; g++) {
-        float b1 = ninf, b2 = ninf;
-        for (int e = g * per_group; e < (g + 1) * per_group; e++) {
-          if (choice[e] > b1) {
-            b2 = b1;
-            b1 = choice[e];
-          } else if (choice[e] > b2) {
-            b2 = choice[e];
-          }
-        }
-        gscore[g] = per_group >= 2 ? b1 + b2 : b1;
-      }
-      std::iota(gorder.begin(), gorder.end(), 0);
-      std::stable_sort(gorder.begin(), gorder.end(), [&](int i, int j) { return gscore[i] > gscore[j]; });
-      for (int r = TG; r < G; r++)
-        for (int e = gorder[r] * per_group; e < (gorder[r] + 1) * per_group; e++) choice[e] = ninf;
-    }
-    // Selection by the biased score (ties to the lower index), weights from the unbiased sigmoid.
-    std::iota(order.begin(), order.end(), 0);
-    std::partial_sort(order.begin(), order.begin() + K, order.end(),
-                      [&](int i, int j) { return choice[i] > choice[j] || (choice[i] == choice[j] && i < j); });
-    float sum = 0;
-    for (int j = 0; j < K; j++) sum += st[order[j]];
-    const float norm = cfg_.norm_topk_prob ? 1.0f / (sum + 1e-20f) : 1.0f;
-    for (int j = 0; j < K; j++)
-      by_expert[order[j]].push_back({t, st[order[j]] * norm * static_cast<float>(cfg_.routed_scaling_factor)});
-  }
-
-  Tensor out = ops::zeros({T, H}, x.device());
-  for (int e = 0; e < E; e++) {
-    const auto& rows = by_expert[e];
-    if (rows.empty()) continue;
-    const int64_t n = static_cast<int64_t>(rows.size());
-    Tensor xe = x;
-    if (n != T) {
-      xe = ops::zeros({n, H}, x.device());
-      for (int64_t j = 0; j < n; j++)
-        ops::copy_into(x.slice(0, rows[j].first, rows[j].first + 1), xe.slice(0, j, j + 1));
-    }
-    Tensor y = mlp(f.exp_gate[e], f.exp_up[e], f.exp_down[e], xe);
-    for (int64_t j = 0; j < n; j++)
-      ops::add_inplace(out.slice(0, rows[j].first, rows[j].first + 1),
-                       ops::scale(y.slice(0, j, j + 1), rows[j].second));
-  }
+  // Routing on the device: sigmoid scores, chosen by score + correction bias within the best groups, weighted by
+  // the unbiased scores (renormalised when norm_topk_prob) times routed_scaling_factor.
+  RouteParams rp;
+  rp.kind = RouteParams::Sigmoid;
+  rp.k = cfg_.num_experts_per_tok;
+  rp.renormalize = cfg_.norm_topk_prob;
+  rp.scale = static_cast<float>(cfg_.routed_scaling_factor);
+  rp.bias = &f.score_bias;
+  rp.groups = cfg_.n_group;
+  rp.groups_kept = cfg_.topk_group;
+  Tensor weights, experts;
+  ops::route(ops::matmul(x, f.router), rp, &weights, &experts);
+  Tensor g = ops::matmul_experts(x, f.exp_gate, experts), u = ops::matmul_experts(x, f.exp_up, experts);
+  Tensor out = ops::combine_rows(ops::matmul_experts(ops::gated(Unary::Silu, g, u), f.exp_down, experts), weights);
   if (f.gate.defined()) ops::add_inplace(out, mlp(f.gate, f.up, f.down, x));
   return out;
+}
+
+Tensor Glm4MoeLiteModel::head_ids(int64_t T) const {
+  const int64_t nh = cfg_.num_attention_heads;
+  if (!head_ids_.defined() || head_ids_.numel() < T * nh) {
+    int64_t cap = 64;
+    while (cap < T) cap *= 2;
+    std::vector<int32_t> ids(static_cast<size_t>(cap * nh));
+    for (size_t i = 0; i < ids.size(); i++) ids[i] = static_cast<int32_t>(static_cast<int64_t>(i) % nh);
+    head_ids_ = ops::ids(ids, device());
+  }
+  return head_ids_.slice(0, 0, T * nh);
 }
 
 Tensor Glm4MoeLiteModel::layer_forward(const Glm4LayerWeights& l, const Tensor& x, const Tensor& rope_pos,
@@ -326,9 +284,9 @@ ForwardResult Glm4MoeLiteModel::forward(SequenceState& state, const std::vector<
   const int64_t p0 = st.length();
   std::vector<int32_t> pos(static_cast<size_t>(T));
   std::iota(pos.begin(), pos.end(), static_cast<int32_t>(p0));
-  Tensor positions = ops::ids(pos);
+  Tensor positions = ops::ids(pos, device());
 
-  Tensor x = ops::embedding(embed_tokens_, ops::ids(tokens));
+  Tensor x = ops::embedding(embed_tokens_, ops::ids(tokens, device()));
   for (int i = 0; i < cfg_.num_layers; i++) x = layer_forward(layers_[i], x, positions, positions, st.cache(i));
 
   ForwardResult r;

@@ -12,7 +12,7 @@
 
 #include "backend/linear.h"
 #include "formats/model_config.h"
-#include "formats/safetensors.h"
+#include "models/weights.h"
 #include "models/kv_state.h"
 #include "models/model.h"
 
@@ -26,6 +26,7 @@ struct Glm4MlaWeights {
   Tensor kv_a_norm;  // F32 [kv_lora]
   Linear kv_b;       // [nh * (nope + v), kv_lora]: per head W_UK [nope rows] then W_UV [v rows]
   Linear uk_t;       // [nh, kv_lora, nope]: W_UK[h]ᵀ per head (dense), for the absorbed queries
+  Linear uv;         // [nh, v, kv_lora]: W_UV[h] per head (a strided view of kv_b)
   Linear o;          // [H, nh * v]
 };
 
@@ -33,8 +34,8 @@ struct Glm4FfnWeights {
   bool moe = false;
   Linear gate, up, down;                        // dense MLP, or the shared expert(s) of a MoE layer
   Linear router;                                // [E, H]
-  std::vector<float> score_bias;                // e_score_correction_bias [E]
-  std::vector<Linear> exp_gate, exp_up, exp_down;  // per routed expert (views of whichever layout was stored)
+  Tensor score_bias;                            // e_score_correction_bias, F32 [E]
+  Linear exp_gate, exp_up, exp_down;            // routed experts stacked [E, out, in] (views of a fused layout)
 };
 
 struct Glm4LayerWeights {
@@ -45,7 +46,7 @@ struct Glm4LayerWeights {
 
 class Glm4MoeLiteModel final : public LanguageModel {
  public:
-  Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<const TensorStore> weights);
+  Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<const Weights> weights);
 
   const ModelTraits& info() const override { return info_; }
   std::unique_ptr<SequenceState> new_state() const override;
@@ -53,7 +54,8 @@ class Glm4MoeLiteModel final : public LanguageModel {
                         bool all_hidden = false) override;
 
   const Glm4MoeLiteConfig& config() const { return cfg_; }
-  const std::shared_ptr<const TensorStore>& weights() const { return weights_; }
+  const std::shared_ptr<const Weights>& weights() const { return weights_; }
+  Device device() const override { return weights_->device(); }
   const Tensor& embed_tokens() const { return embed_tokens_; }
   const Linear& lm_head() const { return lm_head_; }
 
@@ -69,15 +71,18 @@ class Glm4MoeLiteModel final : public LanguageModel {
   Tensor attention(const Glm4MlaWeights& a, const Tensor& x, const Tensor& rope_pos, const Tensor& slot_pos,
                    KvCache& cache) const;
   Tensor ffn(const Glm4FfnWeights& f, const Tensor& x) const;
+  // I32 [T·nh]: the head of each row when T tokens' heads are laid out as rows (per-head matmuls in one call).
+  Tensor head_ids(int64_t T) const;
 
   Glm4MoeLiteConfig cfg_;
-  std::shared_ptr<const TensorStore> weights_;
+  std::shared_ptr<const Weights> weights_;
   ModelTraits info_;
   Tensor embed_tokens_;  // [V, H] as stored
   Linear lm_head_;
   Tensor final_norm_;
   Tensor inv_freq_;      // F32 [rope / 2]
   std::vector<Glm4LayerWeights> layers_;
+  mutable Tensor head_ids_;  // 0..nh-1 repeated, grown on demand
 };
 
 }  // namespace vatic

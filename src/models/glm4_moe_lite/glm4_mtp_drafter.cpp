@@ -9,7 +9,7 @@ namespace vatic {
 
 Glm4MtpDrafter::Glm4MtpDrafter(const Glm4MoeLiteModel& target, int layer) : target_(target) {
   const auto& cfg = target.config();
-  const TensorStore& ts = *target.weights();
+  const Weights& ts = *target.weights();
   const int64_t H = cfg.hidden_size, V = cfg.vocab_size;
   const std::string p = cfg.layer_prefix(layer);
   enorm_ = load_f32(ts, p + "enorm.weight", {H});
@@ -19,8 +19,8 @@ Glm4MtpDrafter::Glm4MtpDrafter(const Glm4MoeLiteModel& target, int layer) : targ
   embed_ = ts.has(p + "embed_tokens.weight") ? ts.require(p + "embed_tokens.weight", {V, H}) : target.embed_tokens();
   head_ = ts.has(p + "shared_head.head.weight") ? load_linear(ts, p + "shared_head.head", V, H) : target.lm_head();
   block_ = target.load_layer(p);
-  cache_ = std::make_unique<FullKvCache>(1, cfg.kv_lora_rank + cfg.qk_rope_head_dim, 0, Device::CPU, 64);
-  ring_ = ops::zeros({kRing, H});
+  cache_ = std::make_unique<FullKvCache>(1, cfg.kv_lora_rank + cfg.qk_rope_head_dim, 0, target.device(), 64);
+  ring_ = ops::zeros({kRing, H}, target.device());
   ring_pos_.assign(kRing, -1);
 }
 
@@ -40,16 +40,17 @@ Tensor Glm4MtpDrafter::recall_hidden(int64_t pos) const {
 Tensor Glm4MtpDrafter::run(const std::vector<int32_t>& tokens, const Tensor& h, const std::vector<int64_t>& pos) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const float eps = static_cast<float>(target_.config().rms_norm_eps);
-  Tensor e = ops::embedding(embed_, ops::ids(tokens));
+  const Device dev = target_.device();
+  Tensor e = ops::embedding(embed_, ops::ids(tokens, dev));
   for (int64_t j = 0; j < n; j++)  // as vLLM: no token embedding at position 0
-    if (pos[static_cast<size_t>(j)] == 0) ops::copy_into(ops::zeros({1, e.dim(1)}), e.slice(0, j, j + 1));
+    if (pos[static_cast<size_t>(j)] == 0) ops::copy_into(ops::zeros({1, e.dim(1)}, dev), e.slice(0, j, j + 1));
   Tensor x = ops::matmul(ops::concat_cols(ops::rms_norm(e, enorm_, eps), ops::rms_norm(h, hnorm_, eps)), eh_proj_);
   std::vector<int32_t> rp(static_cast<size_t>(n)), sp(static_cast<size_t>(n));
   for (int64_t j = 0; j < n; j++) {
     rp[static_cast<size_t>(j)] = static_cast<int32_t>(pos[static_cast<size_t>(j)]);
     sp[static_cast<size_t>(j)] = static_cast<int32_t>(cache_->length() + j);  // masking by slot (gaps allowed)
   }
-  Tensor out = target_.layer_forward(block_, x, ops::ids(rp), ops::ids(sp), *cache_);
+  Tensor out = target_.layer_forward(block_, x, ops::ids(rp, dev), ops::ids(sp, dev), *cache_);
   slot_pos_.insert(slot_pos_.end(), pos.begin(), pos.end());
   return out;
 }

@@ -1,0 +1,581 @@
+// The CUDA device backend: memory from a caching pool, every operation queued on one stream per device (the compute
+// thread is the only one that queues work), cuBLAS for matmuls over many rows, our kernels (kernels.cu) for the
+// rest. Nothing here waits for the device except download() and synchronize(): a forward pass is a stream of
+// launches, which CUDA graphs can capture later.
+#include "backend/cuda/cuda_backend.h"
+
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+#include "backend/cuda/kernels.h"
+
+namespace vatic {
+
+namespace {
+
+[[noreturn]] void cuda_fail(cudaError_t e, const char* what) {
+  throw DeviceError(fmt::format("CUDA error in {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e)));
+}
+#define CUDA_OK(call, what)                   \
+  do {                                        \
+    cudaError_t err_ = (call);                \
+    if (err_ != cudaSuccess) cuda_fail(err_, what); \
+  } while (0)
+
+void check_launch(const char* what) {
+  cudaError_t e = cudaGetLastError();
+  if (e != cudaSuccess) cuda_fail(e, what);
+}
+
+std::string gb(size_t bytes) { return fmt::format("{:.2f} GB", static_cast<double>(bytes) / 1e9); }
+
+// Freed blocks are kept per size and handed out again (stream order makes reuse safe: one stream per device).
+// Sizes round up to 512 bytes (small) or 2 MiB (large) so that similar requests share blocks.
+class MemoryPool {
+ public:
+  explicit MemoryPool(int device) : device_(device) {}
+
+  void* allocate(size_t bytes) {
+    const size_t size = round(bytes);
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = free_.lower_bound(size);
+    if (it != free_.end() && it->first <= size + size / 4) {
+      void* p = it->second;
+      cached_ -= it->first;
+      sizes_[p] = it->first;
+      free_.erase(it);
+      return p;
+    }
+    void* p = nullptr;
+    cudaError_t e = cudaMalloc(&p, size);
+    if (e == cudaErrorMemoryAllocation) {
+      cudaGetLastError();
+      release_locked();
+      e = cudaMalloc(&p, size);
+    }
+    if (e != cudaSuccess) {
+      cudaGetLastError();
+      size_t free = 0, total = 0;
+      cudaMemGetInfo(&free, &total);
+      throw DeviceError(fmt::format("out of memory on cuda:{}: {} more requested, {} free of {}", device_, gb(size),
+                                    gb(free), gb(total)));
+    }
+    sizes_[p] = size;
+    in_use_ += size;
+    return p;
+  }
+
+  void release(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;
+    free_.emplace(it->second, p);
+    cached_ += it->second;
+    sizes_.erase(it);
+  }
+
+  size_t cached() const {
+    std::lock_guard<std::mutex> lock(mu_);
+    return cached_;
+  }
+
+ private:
+  static size_t round(size_t n) {
+    if (n == 0) n = 1;
+    if (n < (size_t(1) << 20)) return (n + 511) / 512 * 512;
+    return (n + (size_t(2) << 20) - 1) / (size_t(2) << 20) * (size_t(2) << 20);
+  }
+  void release_locked() {
+    cudaDeviceSynchronize();
+    for (auto& [size, p] : free_) cudaFree(p);
+    free_.clear();
+    cached_ = 0;
+  }
+
+  int device_;
+  mutable std::mutex mu_;
+  std::multimap<size_t, void*> free_;
+  std::map<void*, size_t> sizes_;
+  size_t cached_ = 0, in_use_ = 0;
+};
+
+class CudaStorage final : public Storage {
+ public:
+  CudaStorage(MemoryPool& pool, size_t bytes, Device device)
+      : Storage(nullptr, bytes, device, false), pool_(pool) {
+    data_ = pool_.allocate(bytes);
+  }
+  ~CudaStorage() override { pool_.release(data_); }
+
+ private:
+  MemoryPool& pool_;
+};
+
+cuda::ElemType elem(DType t) { return static_cast<cuda::ElemType>(static_cast<int>(t)); }
+
+cuda::View view(const Tensor& t) {
+  VATIC_CHECK(t.ndim() <= cuda::kMaxDims, "{} has more than {} dimensions", t.describe(), cuda::kMaxDims);
+  cuda::View v;
+  v.data = t.raw();
+  v.type = elem(t.dtype());
+  v.ndim = t.ndim();
+  for (int d = 0; d < t.ndim(); d++) {
+    v.shape[d] = t.dim(d);
+    v.stride[d] = t.stride(d);
+  }
+  return v;
+}
+
+// W [N, K] (or stacked [E, N, K]) as the matmul kernels read it.
+cuda::Weight weight(const Linear& w) {
+  cuda::Weight r;
+  VATIC_CHECK(w.weight.stride(-1) == 1, "weight {} rows must be contiguous", w.weight.describe());
+  r.data = w.weight.raw();
+  r.type = elem(w.weight.dtype());
+  r.ld = w.weight.stride(-2);
+  r.expert_stride = w.weight.ndim() == 3 ? w.weight.stride(0) : 0;
+  if (w.quantized()) {
+    VATIC_CHECK(w.weight.dtype() == DType::U32 && (w.bits == 4 || w.bits == 8) && w.group % (32 / w.bits) == 0 &&
+                    w.scales.dtype() == w.biases.dtype() && w.scales.stride(-1) == 1 && w.biases.stride(-1) == 1 &&
+                    w.scales.stride(-2) == w.biases.stride(-2) &&
+                    (w.scales.dtype() == DType::BF16 || w.scales.dtype() == DType::F16 || w.scales.dtype() == DType::F32),
+                "quantized weight {} ({} bits, group {}) has a layout the CUDA kernels do not take",
+                w.weight.describe(), w.bits, w.group);
+    r.bits = w.bits;
+    r.group = w.group;
+    r.scales = w.scales.raw();
+    r.biases = w.biases.raw();
+    r.scale_type = elem(w.scales.dtype());
+    r.lds = w.scales.stride(-2);
+    r.expert_stride_s = w.scales.ndim() == 3 ? w.scales.stride(0) : 0;
+  } else {
+    VATIC_CHECK(w.weight.dtype() == DType::F32 || w.weight.dtype() == DType::BF16 || w.weight.dtype() == DType::F16 ||
+                    w.weight.dtype() == DType::F8_E4M3,
+                "weight {}: unsupported dtype", w.weight.describe());
+  }
+  return r;
+}
+
+void check_rows(const Tensor& t, const char* what) {
+  VATIC_CHECK(t.ndim() >= 1 && t.stride(-1) == 1, "{}: rows of {} must be contiguous", what, t.describe());
+}
+void check_f32_contiguous(const Tensor& t, const char* what) {
+  VATIC_CHECK(t.dtype() == DType::F32 && t.is_contiguous(), "{} expects contiguous F32, got {}", what, t.describe());
+}
+
+class CudaBackend final : public Backend {
+ public:
+  explicit CudaBackend(int index) : device_(Device::cuda(index)), index_(index), pool_(index) {
+    bind_thread();
+    cudaDeviceProp prop{};
+    CUDA_OK(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
+    description_ = fmt::format("{} ({})", prop.name, device_.str());
+    CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+    if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
+    cublasSetStream(blas_, stream_);
+    for (auto& s : staging_) {
+      CUDA_OK(cudaMallocHost(&s.host, kStagingBytes), "cudaMallocHost");
+      CUDA_OK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&flag_host_), 2 * sizeof(int)), "cudaMallocHost");
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&flag_dev_), 2 * sizeof(int)), "cudaMalloc");
+    CUDA_OK(cudaMemset(flag_dev_, 0, 2 * sizeof(int)), "cudaMemset");
+  }
+
+  Device device() const override { return device_; }
+  const char* name() const override { return "cuda"; }
+  std::string description() const override { return description_; }
+  DeviceMemory memory() const override {
+    bind();
+    size_t free = 0, total = 0;
+    CUDA_OK(cudaMemGetInfo(&free, &total), "cudaMemGetInfo");
+    return {free + pool_.cached(), total};
+  }
+  void synchronize() override {
+    bind();
+    CUDA_OK(cudaStreamSynchronize(stream_), "synchronize");
+    check_flags();
+  }
+  void bind_thread() override {
+    CUDA_OK(cudaSetDevice(index_), "cudaSetDevice");
+    bound_ = index_;
+  }
+
+  Tensor empty(const Shape& shape, DType dtype) override {
+    bind();
+    const size_t bytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(dtype);
+    return Tensor(std::make_shared<CudaStorage>(pool_, bytes, device_), dtype, shape);
+  }
+
+  Tensor upload(const Tensor& host) override {
+    VATIC_CHECK(host.device().is_cpu(), "upload: {} is not a host tensor", host.describe());
+    bind();
+    Tensor src = host;
+    if (!src.is_contiguous()) {
+      src = cpu_backend().empty(host.shape(), host.dtype());
+      cpu_backend().copy(host, src);
+    }
+    Tensor out = empty(src.shape(), src.dtype());
+    const size_t n = src.nbytes();
+    const auto* from = static_cast<const uint8_t*>(src.raw());
+    auto* to = static_cast<uint8_t*>(out.raw());
+    if (n <= kDirectUploadBytes) {
+      CUDA_OK(cudaMemcpyAsync(to, from, n, cudaMemcpyHostToDevice, stream_), "upload");
+      return out;
+    }
+    // Large tensors (weights straight from the mmap'd file): through two pinned buffers, so reading the next chunk
+    // overlaps the copy of the last one.
+    size_t done = 0;
+    int which = 0;
+    while (done < n) {
+      const size_t chunk = std::min(kStagingBytes, n - done);
+      Staging& s = staging_[which];
+      CUDA_OK(cudaEventSynchronize(s.done), "upload");
+      std::memcpy(s.host, from + done, chunk);
+      CUDA_OK(cudaMemcpyAsync(to + done, s.host, chunk, cudaMemcpyHostToDevice, stream_), "upload");
+      CUDA_OK(cudaEventRecord(s.done, stream_), "upload");
+      done += chunk;
+      which ^= 1;
+    }
+    return out;
+  }
+
+  Tensor download(const Tensor& t) override {
+    bind();
+    Tensor src = t;
+    if (!src.is_contiguous()) {
+      src = empty(t.shape(), t.dtype());
+      copy(t, src);
+    }
+    Tensor out = cpu_backend().empty(src.shape(), src.dtype());
+    if (src.nbytes())
+      CUDA_OK(cudaMemcpyAsync(out.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToHost, stream_), "download");
+    synchronize();
+    return out;
+  }
+
+  void copy(const Tensor& src, const Tensor& dst) override {
+    VATIC_CHECK(src.shape() == dst.shape(), "copy: shapes {} and {} differ", src.describe(), dst.describe());
+    bind();
+    if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
+      if (src.nbytes())
+        CUDA_OK(cudaMemcpyAsync(dst.raw(), src.raw(), src.nbytes(), cudaMemcpyDeviceToDevice, stream_), "copy");
+      return;
+    }
+    if (src.dtype() != dst.dtype())
+      VATIC_CHECK(is_number(src.dtype()) && is_writable(dst.dtype()), "copy: cannot convert {} to {}",
+                  src.describe(), dst.describe());
+    cuda::copy(view(src), view(dst), stream_);
+    check_launch("copy");
+  }
+
+  void fill(const Tensor& dst, float value) override {
+    VATIC_CHECK(is_writable(dst.dtype()), "fill: cannot write {}", dst.describe());
+    bind();
+    cuda::fill(view(dst), value, stream_);
+    check_launch("fill");
+  }
+
+  void matmul(const Tensor& x, const Linear& w, const Tensor& y, bool accumulate) override {
+    VATIC_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.dtype() == DType::F32 && y.dtype() == DType::F32,
+                "matmul expects F32 [T, K] input and output, got {} and {}", x.describe(), y.describe());
+    check_rows(x, "matmul");
+    check_rows(y, "matmul");
+    const int64_t T = x.dim(0), K = x.dim(1), N = w.out_features();
+    VATIC_CHECK(w.in_features() == K && y.dim(0) == T && y.dim(1) == N, "matmul: x {} · W{} -> y {}", x.describe(),
+                w.weight.describe(), y.describe());
+    if (w.quantized())
+      VATIC_CHECK(K % w.group == 0, "matmul: {} inputs are not whole groups of {}", K, w.group);
+    bind();
+    if (T == 0 || N == 0) return;
+    const cuda::Weight cw = weight(w);
+    const int64_t ldx = x.stride(0), ldy = y.stride(0);
+    if (T <= 8) {
+      cuda::gemv(x.data<float>(), ldx, static_cast<int>(T), cw, N, K, y.data<float>(), ldy, accumulate, stream_);
+      check_launch("matmul");
+      return;
+    }
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    // Row-major y[T, N] = x[T, K] · W[N, K]ᵀ is column-major yᵀ[N, T] = W · xᵀ.
+    if (!w.quantized() && w.weight.dtype() == DType::F32) {
+      blas_ok(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(T),
+                          static_cast<int>(K), &one, w.weight.data<float>(), static_cast<int>(cw.ld), x.data<float>(),
+                          static_cast<int>(ldx), &beta, y.data<float>(), static_cast<int>(ldy)),
+              "matmul");
+      return;
+    }
+    // Other weight types: F32 copies of row blocks, then the same SGEMM (exact F32 products, as on the CPU).
+    const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(N, (int64_t(64) << 20) / 4 / std::max<int64_t>(K, 1)));
+    Tensor scratch = empty({rows, K}, DType::F32);
+    for (int64_t n0 = 0; n0 < N; n0 += rows) {
+      const int64_t n = std::min(rows, N - n0);
+      cuda::dequantize_rows(cw, n0, n, K, scratch.data<float>(), stream_);
+      check_launch("matmul");
+      blas_ok(cublasSgemm(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(n), static_cast<int>(T),
+                          static_cast<int>(K), &one, scratch.data<float>(), static_cast<int>(K), x.data<float>(),
+                          static_cast<int>(ldx), &beta, y.data<float>() + n0, static_cast<int>(ldy)),
+              "matmul");
+    }
+  }
+
+  void embedding(const Linear& w, const Tensor& ids, float scale, const Tensor& out) override {
+    const int64_t n = ids.numel(), D = w.in_features(), V = w.out_features();
+    VATIC_CHECK(out.dim(0) == n && out.dim(1) == D && out.dtype() == DType::F32 && out.stride(1) == 1,
+                "embedding: output {} for {} ids of width {}", out.describe(), n, D);
+    VATIC_CHECK(ids.dtype() == DType::I32 && ids.is_contiguous(), "embedding: ids {} must be contiguous I32",
+                ids.describe());
+    if (w.quantized()) VATIC_CHECK(D % w.group == 0, "embedding: {} columns are not whole groups", D);
+    bind();
+    cuda::embedding(weight(w), V, D, ids.data<int32_t>(), n, scale, out.data<float>(), out.stride(0), flag_dev_,
+                    stream_);
+    check_launch("embedding");
+  }
+
+  void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
+    VATIC_CHECK(x.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32, "rms_norm expects contiguous F32");
+    const int64_t D = x.dim(-1), R = x.numel() / std::max<int64_t>(D, 1);
+    bind();
+    Tensor wf;
+    if (w) {
+      VATIC_CHECK(w->numel() == D, "rms_norm weight {} for rows of {}", w->describe(), D);
+      wf = *w;
+      if (wf.dtype() != DType::F32 || !wf.is_contiguous()) {
+        wf = empty(w->shape(), DType::F32);
+        copy(*w, wf);
+      }
+    }
+    cuda::rms_norm(x.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, y.data<float>(), stream_);
+    check_launch("rms_norm");
+  }
+
+  void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) override {
+    VATIC_CHECK(x.ndim() == 3 && x.stride(2) == 1 && x.dtype() == DType::F32, "rope expects F32 [T, H, D], got {}",
+                x.describe());
+    const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), n = inv_freq.numel();
+    VATIC_CHECK(2 * n <= D, "rope: {} frequencies for head dim {}", n, D);
+    VATIC_CHECK(positions.dtype() == DType::I32 && positions.is_contiguous() && positions.numel() == T &&
+                    inv_freq.dtype() == DType::F32 && inv_freq.is_contiguous(),
+                "rope: positions {} and frequencies {}", positions.describe(), inv_freq.describe());
+    bind();
+    cuda::rope(x.data<float>(), T, H, D, x.stride(0), x.stride(1), positions.data<int32_t>(), inv_freq.data<float>(),
+               n, interleaved, stream_);
+    check_launch("rope");
+  }
+
+  void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
+                 const AttentionParams& p, const Tensor& out) override {
+    const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
+    VATIC_CHECK(k.dim(2) == D && v.dim(0) == S && v.dim(1) == Hkv && Hq % Hkv == 0 && out.dim(0) == T &&
+                    out.dim(1) == Hq && out.dim(2) == Dv,
+                "attention: q {} k {} v {} out {}", q.describe(), k.describe(), v.describe(), out.describe());
+    VATIC_CHECK(q.stride(2) == 1 && k.stride(2) == 1 && v.stride(2) == 1 && out.stride(2) == 1,
+                "attention: head rows must be contiguous");
+    VATIC_CHECK(q.dtype() == DType::F32 && k.dtype() == DType::F32 && v.dtype() == DType::F32 &&
+                    q_pos.dtype() == DType::I32 && k_pos.dtype() == DType::I32 && q_pos.is_contiguous() &&
+                    k_pos.is_contiguous() && q_pos.numel() == T && k_pos.numel() == S,
+                "attention: F32 q/k/v and contiguous I32 positions expected");
+    VATIC_CHECK(Dv <= cuda::kMaxAttentionDv && D <= cuda::kMaxAttentionD,
+                "attention: head dims {} / {} exceed what the CUDA kernel takes ({} / {})", D, Dv,
+                cuda::kMaxAttentionD, cuda::kMaxAttentionDv);
+    bind();
+    cuda::AttentionArgs a{q.data<float>(), T, Hq, D, q.stride(0), q.stride(1),
+                          k.data<float>(), S, Hkv, k.stride(0), k.stride(1),
+                          v.data<float>(), Dv, v.stride(0), v.stride(1),
+                          q_pos.data<int32_t>(), k_pos.data<int32_t>(), p.scale, p.window,
+                          out.data<float>(), out.stride(0), out.stride(1)};
+    cuda::attention(a, stream_);
+    check_launch("attention");
+  }
+
+  void binary(cuda::Elementwise op, const Tensor& a, const Tensor& b, const Tensor& y) {
+    VATIC_CHECK(a.is_contiguous() && b.is_contiguous() && y.is_contiguous() && a.dtype() == DType::F32 &&
+                    b.dtype() == DType::F32 && y.numel() == a.numel(),
+                "elementwise op on {} and {}", a.describe(), b.describe());
+    const int64_t n = a.numel(), m = b.numel();
+    VATIC_CHECK(m > 0 && n % m == 0, "cannot broadcast {} over {}", b.describe(), a.describe());
+    bind();
+    cuda::binary(op, a.data<float>(), b.data<float>(), n, m, y.data<float>(), stream_);
+    check_launch("elementwise");
+  }
+  void add(const Tensor& a, const Tensor& b, const Tensor& y) override { binary(cuda::kAdd, a, b, y); }
+  void mul(const Tensor& a, const Tensor& b, const Tensor& y) override { binary(cuda::kMul, a, b, y); }
+  void scale(const Tensor& a, float s, const Tensor& y) override {
+    check_f32_contiguous(a, "scale");
+    bind();
+    cuda::scale(a.data<float>(), s, a.numel(), y.data<float>(), stream_);
+    check_launch("scale");
+  }
+  void unary(Unary op, const Tensor& a, const Tensor& y) override {
+    check_f32_contiguous(a, "unary");
+    bind();
+    cuda::unary(static_cast<int>(op), a.data<float>(), a.numel(), y.data<float>(), stream_);
+    check_launch("unary");
+  }
+  void gated(Unary op, const Tensor& g, const Tensor& u, const Tensor& y) override {
+    VATIC_CHECK(g.numel() == u.numel() && g.is_contiguous() && u.is_contiguous(), "gated: {} and {}", g.describe(),
+                u.describe());
+    bind();
+    cuda::gated(static_cast<int>(op), g.data<float>(), u.data<float>(), g.numel(), y.data<float>(), stream_);
+    check_launch("gated");
+  }
+  void softcap(const Tensor& a, float cap, const Tensor& y) override {
+    check_f32_contiguous(a, "softcap");
+    bind();
+    cuda::softcap(a.data<float>(), cap, a.numel(), y.data<float>(), stream_);
+    check_launch("softcap");
+  }
+  void softmax(const Tensor& a, const Tensor& y) override {
+    check_f32_contiguous(a, "softmax");
+    const int64_t D = a.dim(-1), R = a.numel() / std::max<int64_t>(D, 1);
+    bind();
+    cuda::softmax(a.data<float>(), R, D, y.data<float>(), stream_);
+    check_launch("softmax");
+  }
+  void topk(const Tensor& a, int k, const Tensor& values, const Tensor& indices) override {
+    check_f32_contiguous(a, "topk");
+    const int64_t N = a.dim(-1), R = a.numel() / std::max<int64_t>(N, 1);
+    VATIC_CHECK(k > 0 && k <= N, "topk: k={} for rows of {}", k, N);
+    bind();
+    cuda::topk(a.data<float>(), R, N, k, values.data<float>(), indices.data<int32_t>(), stream_);
+    check_launch("topk");
+  }
+
+  void matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y) override {
+    const int64_t R = experts.numel(), X = x.dim(0), K = x.dim(1), N = w.out_features();
+    VATIC_CHECK(w.weight.ndim() == 3 && X > 0 && R % X == 0 && y.dim(0) == R && y.dim(1) == N &&
+                    w.in_features() == K && experts.dtype() == DType::I32 && experts.is_contiguous() &&
+                    x.dtype() == DType::F32 && x.stride(1) == 1 && y.stride(1) == 1,
+                "matmul_experts: x {} · W{} for {} routed rows -> y {}", x.describe(), w.weight.describe(), R,
+                y.describe());
+    if (w.quantized()) VATIC_CHECK(K % w.group == 0, "matmul_experts: {} inputs are not whole groups", K);
+    bind();
+    if (R == 0 || N == 0) return;
+    cuda::gemv_experts(x.data<float>(), x.stride(0), R / X, experts.data<int32_t>(), R, weight(w), N, K,
+                       y.data<float>(), y.stride(0), stream_);
+    check_launch("matmul_experts");
+  }
+
+  void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) override {
+    const int64_t T = out.dim(0), D = out.dim(1), k = weights.dim(1);
+    VATIC_CHECK(rows.dim(0) == T * k && rows.dim(1) == D && weights.dim(0) == T && rows.is_contiguous() &&
+                    weights.is_contiguous() && out.is_contiguous(),
+                "combine_rows: rows {} weights {} out {}", rows.describe(), weights.describe(), out.describe());
+    bind();
+    cuda::combine_rows(rows.data<float>(), weights.data<float>(), T, k, D, out.data<float>(), stream_);
+    check_launch("combine_rows");
+  }
+
+  void route(const Tensor& a, const RouteParams& p, const Tensor& weights, const Tensor& experts) override {
+    const int64_t E = a.dim(-1), T = a.numel() / std::max<int64_t>(E, 1);
+    VATIC_CHECK(a.is_contiguous() && a.dtype() == DType::F32 && p.k > 0 && p.k <= E && p.k <= 64 &&
+                    E <= cuda::kMaxRouteExperts && weights.numel() == T * p.k && experts.numel() == T * p.k &&
+                    p.groups > 0 && E % p.groups == 0 && p.groups_kept > 0 && p.groups_kept <= p.groups,
+                "route: {} into {} experts ({} groups, {} kept)", a.describe(), p.k, p.groups, p.groups_kept);
+    for (const Tensor* t : {p.bias, p.expert_scale})
+      if (t) check_f32_contiguous(*t, "route");
+    bind();
+    cuda::RouteArgs r{a.data<float>(), T, E, p.kind == RouteParams::Softmax ? 0 : 1, p.k, p.renormalize, p.scale,
+                      p.bias ? p.bias->data<float>() : nullptr, p.expert_scale ? p.expert_scale->data<float>() : nullptr,
+                      p.groups, p.groups_kept, weights.data<float>(), experts.data<int32_t>()};
+    cuda::route(r, stream_);
+    check_launch("route");
+  }
+
+ private:
+  static constexpr size_t kStagingBytes = size_t(32) << 20;
+  static constexpr size_t kDirectUploadBytes = size_t(1) << 20;
+  struct Staging {
+    void* host = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+
+  static bool is_number(DType t) {
+    return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::F8_E4M3 || t == DType::I32 ||
+           t == DType::I64;
+  }
+  static bool is_writable(DType t) {
+    return t == DType::F32 || t == DType::BF16 || t == DType::F16 || t == DType::I32;
+  }
+
+  void bind() const {
+    if (bound_ != index_) {
+      CUDA_OK(cudaSetDevice(index_), "cudaSetDevice");
+      bound_ = index_;
+    }
+  }
+  void blas_ok(cublasStatus_t s, const char* what) {
+    if (s != CUBLAS_STATUS_SUCCESS) throw DeviceError(fmt::format("cuBLAS error {} in {}", static_cast<int>(s), what));
+  }
+  // Errors kernels record on the device (a token id outside the vocabulary) surface at the next synchronisation.
+  void check_flags() {
+    CUDA_OK(cudaMemcpy(flag_host_, flag_dev_, 2 * sizeof(int), cudaMemcpyDeviceToHost), "check");
+    if (flag_host_[0]) {
+      const int id = flag_host_[1];
+      CUDA_OK(cudaMemset(flag_dev_, 0, 2 * sizeof(int)), "check");
+      throw InvalidInput(fmt::format("token id {} is outside the vocabulary", id));
+    }
+  }
+
+  Device device_;
+  int index_;
+  std::string description_;
+  mutable MemoryPool pool_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t blas_ = nullptr;
+  Staging staging_[2];
+  int* flag_host_ = nullptr;
+  int* flag_dev_ = nullptr;
+  static thread_local int bound_;
+};
+
+thread_local int CudaBackend::bound_ = -1;
+
+struct Devices {
+  int count = 0;
+  std::string reason;
+  std::vector<std::unique_ptr<CudaBackend>> backends;
+  std::mutex mu;
+};
+
+Devices& devices() {
+  // Never destroyed: tensors in static objects may outlive main(), and their storage returns to these pools.
+  static Devices* d = [] {
+    auto* r = new Devices;
+    cudaError_t e = cudaGetDeviceCount(&r->count);
+    if (e != cudaSuccess) {
+      r->count = 0;
+      r->reason = e == cudaErrorNoDevice ? "no CUDA GPU found"
+                  : e == cudaErrorInsufficientDriver ? "no CUDA driver for this toolkit"
+                                                     : fmt::format("CUDA unavailable: {}", cudaGetErrorString(e));
+      cudaGetLastError();
+    } else if (r->count == 0) {
+      r->reason = "no CUDA GPU found";
+    }
+    r->backends.resize(static_cast<size_t>(r->count));
+    return r;
+  }();
+  return *d;
+}
+
+}  // namespace
+
+int cuda_device_count() { return devices().count; }
+std::string cuda_unavailable_reason() { return devices().reason; }
+
+Backend& cuda_backend(int index) {
+  Devices& d = devices();
+  VATIC_CHECK(index >= 0 && index < d.count, "no cuda:{} on this machine", index);
+  std::lock_guard<std::mutex> lock(d.mu);
+  auto& b = d.backends[static_cast<size_t>(index)];
+  if (!b) b = std::make_unique<CudaBackend>(index);
+  return *b;
+}
+
+}  // namespace vatic

@@ -1,0 +1,744 @@
+// CUDA kernels of the device backend. Correctness first: every kernel computes in F32 with the same formulas as the
+// CPU backend (accurate expf/tanhf/sincosf, no fast-math), so parity with the CPU holds to rounding.
+#include <cuda_fp16.h>
+
+#include <cfloat>
+#include <cstdint>
+
+#include "backend/cuda/kernels.h"
+
+namespace vatic::cuda {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float bf16_to_float(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
+__device__ __forceinline__ uint16_t float_to_bf16(float f) {
+  uint32_t u = __float_as_uint(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return static_cast<uint16_t>((u >> 16) | 0x40);
+  u += 0x7fffu + ((u >> 16) & 1u);
+  return static_cast<uint16_t>(u >> 16);
+}
+__device__ __forceinline__ float f16_to_float(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+__device__ __forceinline__ float f8_to_float(uint8_t v) {
+  const int s = v >> 7, e = (v >> 3) & 15, m = v & 7;
+  float r;
+  if (e == 0)
+    r = ldexpf(static_cast<float>(m), -9);
+  else if (e == 15 && m == 7)
+    r = __int_as_float(0x7fc00000);
+  else
+    r = ldexpf(static_cast<float>(8 + m), e - 10);
+  return s ? -r : r;
+}
+
+__device__ __forceinline__ float load(int type, const void* p, int64_t i) {
+  switch (type) {
+    case kF32: return static_cast<const float*>(p)[i];
+    case kBF16: return bf16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case kF16: return f16_to_float(static_cast<const uint16_t*>(p)[i]);
+    case kF8E4M3: return f8_to_float(static_cast<const uint8_t*>(p)[i]);
+    case kI32: return static_cast<float>(static_cast<const int32_t*>(p)[i]);
+    case kI64: return static_cast<float>(static_cast<const int64_t*>(p)[i]);
+    default: return 0.0f;
+  }
+}
+
+__device__ __forceinline__ void store(int type, void* p, int64_t i, float v) {
+  switch (type) {
+    case kF32: static_cast<float*>(p)[i] = v; break;
+    case kBF16: static_cast<uint16_t*>(p)[i] = float_to_bf16(v); break;
+    case kF16: static_cast<uint16_t*>(p)[i] = __half_as_ushort(__float2half_rn(v)); break;
+    case kI32: static_cast<int32_t*>(p)[i] = static_cast<int32_t>(v); break;
+    default: break;
+  }
+}
+
+__device__ __forceinline__ int elem_size(int type) {
+  switch (type) {
+    case kF32: case kI32: case kU32: return 4;
+    case kBF16: case kF16: return 2;
+    case kI64: return 8;
+    default: return 1;
+  }
+}
+
+__device__ __forceinline__ float warp_sum(float v) {
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ float warp_max(float v) {
+  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// Block-wide sum / max for blockDim.x a multiple of 32 (at most 1024). `scratch` holds 32 floats.
+__device__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = threadIdx.x < nw ? scratch[threadIdx.x] : 0.0f;
+  if (warp == 0) r = warp_sum(r);
+  if (threadIdx.x == 0) scratch[0] = r;
+  __syncthreads();
+  return scratch[0];
+}
+__device__ float block_max(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  v = warp_max(v);
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float r = threadIdx.x < nw ? scratch[threadIdx.x] : -INFINITY;
+  if (warp == 0) r = warp_max(r);
+  if (threadIdx.x == 0) scratch[0] = r;
+  __syncthreads();
+  return scratch[0];
+}
+
+// (value, index) ordering of top-k: larger value first, lower index on ties.
+__device__ __forceinline__ bool better(float av, int ai, float bv, int bi) {
+  return av > bv || (av == bv && ai < bi);
+}
+// Block-wide best (value, index) pair. `sv`/`si` hold 32 entries each.
+__device__ void block_best(float& v, int& i, float* sv, int* si) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, nw = blockDim.x >> 5;
+  for (int o = 16; o > 0; o >>= 1) {
+    float ov = __shfl_xor_sync(0xffffffffu, v, o);
+    int oi = __shfl_xor_sync(0xffffffffu, i, o);
+    if (oi >= 0 && (i < 0 || better(ov, oi, v, i))) {
+      v = ov;
+      i = oi;
+    }
+  }
+  __syncthreads();
+  if (lane == 0) {
+    sv[warp] = v;
+    si[warp] = i;
+  }
+  __syncthreads();
+  if (warp == 0) {
+    v = lane < nw ? sv[lane] : -INFINITY;
+    i = lane < nw ? si[lane] : -1;
+    for (int o = 16; o > 0; o >>= 1) {
+      float ov = __shfl_xor_sync(0xffffffffu, v, o);
+      int oi = __shfl_xor_sync(0xffffffffu, i, o);
+      if (oi >= 0 && (i < 0 || better(ov, oi, v, i))) {
+        v = ov;
+        i = oi;
+      }
+    }
+    if (lane == 0) {
+      sv[0] = v;
+      si[0] = i;
+    }
+  }
+  __syncthreads();
+  v = sv[0];
+  i = si[0];
+  __syncthreads();
+}
+
+int blocks_for(int64_t n, int threads = kThreads) {
+  int64_t b = (n + threads - 1) / threads;
+  return static_cast<int>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
+}
+
+// ---------------------------------------------------------------- copy / fill
+
+__global__ void copy_kernel(View src, View dst, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rem = i, so = 0, d_o = 0;
+    for (int d = dst.ndim - 1; d >= 0; d--) {
+      const int64_t idx = rem % dst.shape[d];
+      rem /= dst.shape[d];
+      so += idx * src.stride[d];
+      d_o += idx * dst.stride[d];
+    }
+    if (src.type == dst.type) {
+      switch (elem_size(src.type)) {
+        case 8: static_cast<int64_t*>(dst.data)[d_o] = static_cast<const int64_t*>(src.data)[so]; break;
+        case 4: static_cast<uint32_t*>(dst.data)[d_o] = static_cast<const uint32_t*>(src.data)[so]; break;
+        case 2: static_cast<uint16_t*>(dst.data)[d_o] = static_cast<const uint16_t*>(src.data)[so]; break;
+        default: static_cast<uint8_t*>(dst.data)[d_o] = static_cast<const uint8_t*>(src.data)[so]; break;
+      }
+    } else {
+      store(dst.type, dst.data, d_o, load(src.type, src.data, so));
+    }
+  }
+}
+
+__global__ void fill_kernel(View dst, float value, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    int64_t rem = i, off = 0;
+    for (int d = dst.ndim - 1; d >= 0; d--) {
+      off += (rem % dst.shape[d]) * dst.stride[d];
+      rem /= dst.shape[d];
+    }
+    store(dst.type, dst.data, off, value);
+  }
+}
+
+int64_t numel(const View& v) {
+  int64_t n = 1;
+  for (int d = 0; d < v.ndim; d++) n *= v.shape[d];
+  return n;
+}
+
+// ---------------------------------------------------------------- matmul
+
+// Σ_k x[k] · W[n, k] for one weight row, by one warp; T rows of x at once.
+template <int T>
+__device__ __forceinline__ void row_dot(const float* x, int64_t ldx, int rows, const Weight& w, const void* wrow,
+                                        const void* srow, const void* brow, int64_t K, float (&acc)[T]) {
+  const int lane = threadIdx.x & 31;
+#pragma unroll
+  for (int t = 0; t < T; t++) acc[t] = 0.0f;
+  if (w.bits == 0) {
+    const bool x_vec = (reinterpret_cast<uintptr_t>(x) % 16) == 0 && (ldx % 4) == 0;
+    if (w.type == kBF16 && x_vec && (K % 8) == 0 && (reinterpret_cast<uintptr_t>(wrow) % 16) == 0) {
+      const uint4* p = static_cast<const uint4*>(wrow);
+      for (int64_t c = lane; c < K / 8; c += 32) {
+        uint4 q = p[c];
+        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+        float wv[8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          wv[2 * j] = __uint_as_float(words[j] << 16);
+          wv[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
+        }
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+          if (t >= rows) break;
+          const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * 8);
+          float4 a = xp[0], b = xp[1];
+          acc[t] += a.x * wv[0] + a.y * wv[1] + a.z * wv[2] + a.w * wv[3] + b.x * wv[4] + b.y * wv[5] + b.z * wv[6] +
+                    b.w * wv[7];
+        }
+      }
+    } else {
+      for (int64_t k = lane; k < K; k += 32) {
+        const float wv = load(w.type, wrow, k);
+#pragma unroll
+        for (int t = 0; t < T; t++) {
+          if (t >= rows) break;
+          acc[t] += x[t * ldx + k] * wv;
+        }
+      }
+    }
+    return;
+  }
+  // Group-wise affine quantized: word c holds 32/bits values of inputs c·per ..; one scale/bias per group.
+  const int per = 32 / w.bits;
+  const uint32_t mask = (1u << w.bits) - 1u;
+  const uint32_t* q = static_cast<const uint32_t*>(wrow);
+  const int64_t words = K / per;
+  for (int64_t c = lane; c < words; c += 32) {
+    const uint32_t word = q[c];
+    const int64_t k0 = c * per;
+    const int64_t g = k0 / w.group;
+    const float s = load(w.scale_type, srow, g), b = load(w.scale_type, brow, g);
+    float wv[8];
+#pragma unroll
+    for (int j = 0; j < 8; j++)
+      if (j < per) wv[j] = s * static_cast<float>((word >> (j * w.bits)) & mask) + b;
+#pragma unroll
+    for (int t = 0; t < T; t++) {
+      if (t >= rows) break;
+      const float* xr = x + t * ldx + k0;
+      float a = 0.0f;
+#pragma unroll
+      for (int j = 0; j < 8; j++)
+        if (j < per) a += xr[j] * wv[j];
+      acc[t] += a;
+    }
+  }
+}
+
+__device__ __forceinline__ const void* weight_row(const Weight& w, int64_t e, int64_t n) {
+  const int es = w.bits ? 4 : (w.type == kF32 ? 4 : (w.type == kF8E4M3 ? 1 : 2));
+  return static_cast<const uint8_t*>(w.data) + (e * w.expert_stride + n * w.ld) * es;
+}
+__device__ __forceinline__ const void* scale_row(const Weight& w, const void* base, int64_t e, int64_t n) {
+  if (!w.bits) return nullptr;
+  const int es = w.scale_type == kF32 ? 4 : 2;
+  return static_cast<const uint8_t*>(base) + (e * w.expert_stride_s + n * w.lds) * es;
+}
+
+constexpr int kRowsPerBlock = 8;  // one warp per output row
+
+__global__ void gemv_kernel(const float* x, int64_t ldx, int T, Weight w, int64_t N, int64_t K, float* y, int64_t ldy,
+                            bool accumulate) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  if (n >= N) return;
+  float acc[8];
+  row_dot<8>(x, ldx, T, w, weight_row(w, 0, n), scale_row(w, w.scales, 0, n), scale_row(w, w.biases, 0, n), K, acc);
+#pragma unroll
+  for (int t = 0; t < 8; t++) {
+    if (t >= T) break;
+    const float v = warp_sum(acc[t]);
+    if ((threadIdx.x & 31) == 0) y[t * ldy + n] = accumulate ? y[t * ldy + n] + v : v;
+  }
+}
+
+__global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, const int32_t* experts, Weight w,
+                                    int64_t N, int64_t K, float* y, int64_t ldy) {
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
+  const int64_t r = blockIdx.y;
+  if (n >= N) return;
+  const int64_t e = experts[r];
+  float acc[1];
+  row_dot<1>(x + (r / per) * ldx, ldx, 1, w, weight_row(w, e, n), scale_row(w, w.scales, e, n),
+             scale_row(w, w.biases, e, n), K, acc);
+  const float v = warp_sum(acc[0]);
+  if ((threadIdx.x & 31) == 0) y[r * ldy + n] = v;
+}
+
+__global__ void dequantize_kernel(Weight w, int64_t n0, int64_t n, int64_t K, float* out) {
+  const int64_t total = n * K;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / K, k = i % K;
+    const void* row = weight_row(w, 0, n0 + r);
+    if (!w.bits) {
+      out[i] = load(w.type, row, k);
+    } else {
+      const int per = 32 / w.bits;
+      const uint32_t word = static_cast<const uint32_t*>(row)[k / per];
+      const uint32_t q = (word >> ((k % per) * w.bits)) & ((1u << w.bits) - 1u);
+      const int64_t g = k / w.group;
+      out[i] = load(w.scale_type, scale_row(w, w.scales, 0, n0 + r), g) * static_cast<float>(q) +
+               load(w.scale_type, scale_row(w, w.biases, 0, n0 + r), g);
+    }
+  }
+}
+
+// ---------------------------------------------------------------- embedding, norms, rope
+
+__global__ void embedding_kernel(Weight table, int64_t V, int64_t D, const int32_t* ids, float scale, float* out,
+                                 int64_t ldo, int* bad_id) {
+  const int64_t i = blockIdx.x;
+  const int32_t id = ids[i];
+  float* o = out + i * ldo;
+  if (id < 0 || id >= V) {
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) o[d] = 0.0f;
+    if (threadIdx.x == 0) {
+      bad_id[1] = id;
+      atomicExch(bad_id, 1);
+    }
+    return;
+  }
+  const void* row = weight_row(table, 0, id);
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float v;
+    if (!table.bits) {
+      v = load(table.type, row, d);
+    } else {
+      const int per = 32 / table.bits;
+      const uint32_t word = static_cast<const uint32_t*>(row)[d / per];
+      const uint32_t q = (word >> ((d % per) * table.bits)) & ((1u << table.bits) - 1u);
+      const int64_t g = d / table.group;
+      v = load(table.scale_type, scale_row(table, table.scales, 0, id), g) * static_cast<float>(q) +
+          load(table.scale_type, scale_row(table, table.biases, 0, id), g);
+    }
+    o[d] = v * scale;
+  }
+}
+
+__global__ void rms_norm_kernel(const float* x, const float* w, int64_t D, float eps, float* y) {
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * D;
+  float* yr = y + blockIdx.x * D;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
+}
+
+__global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos,
+                            const float* f, int64_t n, bool interleaved) {
+  const int64_t total = T * H * n;
+  for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
+       idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t i = idx % n, h = (idx / n) % H, t = idx / (n * H);
+    float s, c;
+    sincosf(static_cast<float>(pos[t]) * f[i], &s, &c);
+    float* v = x + t * sT + h * sH;
+    const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + D / 2;
+    const float x0 = v[a], x1 = v[b];
+    v[a] = x0 * c - x1 * s;
+    v[b] = x1 * c + x0 * s;
+  }
+}
+
+// ---------------------------------------------------------------- attention
+
+constexpr int kAttnWarps = 4;
+constexpr int kAccPerLane = kMaxAttentionDv / 32;
+
+// One block per (query, head): each warp streams a quarter of the keys with an online softmax, then the warps merge.
+__global__ void attention_kernel(AttentionArgs a) {
+  extern __shared__ float smem[];
+  float* qs = smem;                          // [D]
+  float* accs = qs + a.D;                    // [warps][Dv]
+  float* ms = accs + kAttnWarps * a.Dv;      // [warps]
+  float* ls = ms + kAttnWarps;               // [warps]
+  const int64_t t = blockIdx.x / a.Hq, h = blockIdx.x % a.Hq;
+  const int64_t kh = h / (a.Hq / a.Hkv);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const float* q = a.q + t * a.sqT + h * a.sqH;
+  for (int64_t d = threadIdx.x; d < a.D; d += blockDim.x) qs[d] = q[d];
+  __syncthreads();
+  const int32_t pq = a.q_pos[t];
+  float m = -INFINITY, l = 0.0f;
+  float acc[kAccPerLane];
+#pragma unroll
+  for (int j = 0; j < kAccPerLane; j++) acc[j] = 0.0f;
+  for (int64_t s = warp; s < a.S; s += kAttnWarps) {
+    const int32_t pk = a.k_pos[s];
+    const bool visible = pk >= 0 && pk <= pq && (a.window <= 0 || pq - pk < a.window);
+    if (!visible) continue;
+    const float* kr = a.k + s * a.skS + kh * a.skH;
+    float dot = 0.0f;
+    for (int64_t d = lane; d < a.D; d += 32) dot += qs[d] * kr[d];
+    const float score = a.scale * warp_sum(dot);
+    const float mn = fmaxf(m, score);
+    const float c = expf(m - mn), p = expf(score - mn);
+    l = l * c + p;
+    const float* vr = a.v + s * a.svS + kh * a.svH;
+#pragma unroll
+    for (int j = 0; j < kAccPerLane; j++) {
+      const int64_t d = lane + 32 * j;
+      if (d < a.Dv) acc[j] = acc[j] * c + p * vr[d];
+    }
+    m = mn;
+  }
+#pragma unroll
+  for (int j = 0; j < kAccPerLane; j++) {
+    const int64_t d = lane + 32 * j;
+    if (d < a.Dv) accs[warp * a.Dv + d] = acc[j];
+  }
+  if (lane == 0) {
+    ms[warp] = m;
+    ls[warp] = l;
+  }
+  __syncthreads();
+  float M = -INFINITY;
+  for (int w = 0; w < kAttnWarps; w++) M = fmaxf(M, ms[w]);
+  float* o = a.out + t * a.soT + h * a.soH;
+  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+    if (M == -INFINITY) {
+      o[d] = 0.0f;
+      continue;
+    }
+    float num = 0.0f, den = 0.0f;
+    for (int w = 0; w < kAttnWarps; w++) {
+      if (ms[w] == -INFINITY) continue;
+      const float c = expf(ms[w] - M);
+      num += c * accs[w * a.Dv + d];
+      den += c * ls[w];
+    }
+    o[d] = num / den;
+  }
+}
+
+// ---------------------------------------------------------------- elementwise
+
+__device__ __forceinline__ float activate(int op, float x) {
+  switch (op) {
+    case 0: {  // GeluTanh
+      const float c = 0.7978845608028654f;
+      return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+    }
+    case 1: return x / (1.0f + expf(-x));  // Silu
+    case 2: return 1.0f / (1.0f + expf(-x));  // Sigmoid
+    case 3: return tanhf(x);
+    case 4: return expf(x);
+    default: return x;
+  }
+}
+
+__global__ void binary_kernel(int op, const float* a, const float* b, int64_t n, int64_t m, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float u = a[i], v = b[m == n ? i : i % m];
+    y[i] = op == kAdd ? u + v : u * v;
+  }
+}
+__global__ void scale_kernel(const float* a, float s, int64_t n, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = a[i] * s;
+}
+__global__ void unary_kernel(int op, const float* a, int64_t n, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = activate(op, a[i]);
+}
+__global__ void gated_kernel(int op, const float* g, const float* u, int64_t n, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = activate(op, g[i]) * u[i];
+}
+__global__ void softcap_kernel(const float* a, float cap, int64_t n, float* y) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    y[i] = cap * tanhf(a[i] / cap);
+}
+
+__global__ void softmax_kernel(const float* a, int64_t D, float* y) {
+  __shared__ float scratch[32];
+  const float* x = a + blockIdx.x * D;
+  float* o = y + blockIdx.x * D;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) mx = fmaxf(mx, x[i]);
+  mx = block_max(mx, scratch);
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float e = expf(x[i] - mx);
+    o[i] = e;
+    sum += e;
+  }
+  sum = block_sum(sum, scratch);
+  const float inv = 1.0f / sum;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) o[i] *= inv;
+}
+
+// k passes; pass j finds the best element ranked after the one pass j-1 found.
+__global__ void topk_kernel(const float* a, int64_t N, int k, float* values, int32_t* indices) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const float* x = a + blockIdx.x * N;
+  float pv = INFINITY;
+  int pi = -1;
+  for (int j = 0; j < k; j++) {
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+      const float v = x[i];
+      const int ii = static_cast<int>(i);
+      const bool after = v < pv || (v == pv && ii > pi);
+      if (after && (bi < 0 || better(v, ii, bv, bi))) {
+        bv = v;
+        bi = ii;
+      }
+    }
+    block_best(bv, bi, sv, si);
+    if (threadIdx.x == 0) {
+      values[blockIdx.x * k + j] = bv;
+      indices[blockIdx.x * k + j] = bi;
+    }
+    pv = bv;
+    pi = bi;
+  }
+}
+
+__global__ void combine_rows_kernel(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D,
+                                    float* out) {
+  const int64_t total = T * D;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = i / D, d = i % D;
+    float o = 0.0f;
+    for (int64_t j = 0; j < k; j++) o += weights[t * k + j] * rows[(t * k + j) * D + d];
+    out[i] = o;
+  }
+}
+
+__global__ void route_kernel(RouteArgs a) {
+  extern __shared__ float sh[];
+  float* prob = sh;               // [E]
+  float* choice = prob + a.E;     // [E]
+  float* gscore = choice + a.E;   // [groups]
+  __shared__ float scratch[32];
+  __shared__ int iscratch[32];
+  __shared__ int chosen[64];
+  const float* x = a.a + blockIdx.x * a.E;
+  if (a.kind == 0) {
+    float mx = -INFINITY;
+    for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) mx = fmaxf(mx, x[e]);
+    mx = block_max(mx, scratch);
+    float sum = 0.0f;
+    for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) {
+      prob[e] = expf(x[e] - mx);
+      sum += prob[e];
+    }
+    sum = block_sum(sum, scratch);
+    const float inv = 1.0f / sum;
+    for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) {
+      prob[e] *= inv;
+      choice[e] = prob[e];
+    }
+  } else {
+    for (int64_t e = threadIdx.x; e < a.E; e += blockDim.x) {
+      prob[e] = 1.0f / (1.0f + expf(-x[e]));
+      choice[e] = prob[e] + (a.bias ? a.bias[e] : 0.0f);
+    }
+  }
+  __syncthreads();
+  if (a.groups > 1 && a.groups_kept < a.groups) {
+    const int per = static_cast<int>(a.E / a.groups);
+    for (int g = threadIdx.x; g < a.groups; g += blockDim.x) {
+      float b1 = -INFINITY, b2 = -INFINITY;
+      for (int e = g * per; e < (g + 1) * per; e++) {
+        if (choice[e] > b1) {
+          b2 = b1;
+          b1 = choice[e];
+        } else if (choice[e] > b2) {
+          b2 = choice[e];
+        }
+      }
+      gscore[g] = per >= 2 ? b1 + b2 : b1;
+    }
+    __syncthreads();
+    // A group is dropped when groups_kept others rank before it (higher score, or equal with a lower index).
+    for (int g = threadIdx.x; g < a.groups; g += blockDim.x) {
+      int ahead = 0;
+      for (int o = 0; o < a.groups; o++)
+        if (gscore[o] > gscore[g] || (gscore[o] == gscore[g] && o < g)) ahead++;
+      if (ahead >= a.groups_kept)
+        for (int e = g * per; e < (g + 1) * per; e++) choice[e] = -INFINITY;
+    }
+    __syncthreads();
+  }
+  float pv = INFINITY;
+  int pi = -1;
+  for (int j = 0; j < a.k; j++) {
+    float bv = -INFINITY;
+    int bi = -1;
+    for (int e = threadIdx.x; e < a.E; e += blockDim.x) {
+      const float v = choice[e];
+      const bool after = v < pv || (v == pv && e > pi);
+      if (after && (bi < 0 || better(v, e, bv, bi))) {
+        bv = v;
+        bi = e;
+      }
+    }
+    block_best(bv, bi, scratch, iscratch);
+    if (threadIdx.x == 0) chosen[j] = bi;
+    pv = bv;
+    pi = bi;
+  }
+  if (threadIdx.x == 0) {
+    float sum = 0.0f;
+    for (int j = 0; j < a.k; j++) sum += prob[chosen[j]];
+    const float norm = a.renormalize ? 1.0f / (a.kind == 1 ? sum + 1e-20f : sum) : 1.0f;
+    for (int j = 0; j < a.k; j++) {
+      const int e = chosen[j];
+      a.weights[blockIdx.x * a.k + j] = prob[e] * norm * a.scale * (a.expert_scale ? a.expert_scale[e] : 1.0f);
+      a.experts[blockIdx.x * a.k + j] = e;
+    }
+  }
+}
+
+}  // namespace
+
+void copy(const View& src, const View& dst, cudaStream_t s) {
+  const int64_t n = numel(dst);
+  if (n == 0) return;
+  copy_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, dst, n);
+}
+
+void fill(const View& dst, float value, cudaStream_t s) {
+  const int64_t n = numel(dst);
+  if (n == 0) return;
+  fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, value, n);
+}
+
+void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
+          bool accumulate, cudaStream_t s) {
+  const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
+  gemv_kernel<<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, s>>>(x, ldx, T, w, N, K, y, ldy, accumulate);
+}
+
+void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
+                  int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s) {
+  const int64_t chunk = (65535 / per) * per;  // whole input rows per launch (grid.y is at most 65535)
+  for (int64_t r0 = 0; r0 < R; r0 += chunk) {
+    const int64_t r1 = R - r0 < chunk ? R : r0 + chunk;
+    dim3 grid(static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(r1 - r0));
+    // Rows r0.. read x rows (r0 + i) / per: shift x by whole input rows only when r0 is a multiple of per.
+    gemv_experts_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(x + (r0 / per) * ldx, ldx, per, experts + r0, w, N, K,
+                                                            y + r0 * ldy, ldy);
+  }
+}
+
+void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* out, cudaStream_t s) {
+  dequantize_kernel<<<blocks_for(n * K), kThreads, 0, s>>>(w, n0, n, K, out);
+}
+
+void embedding(const Weight& table, int64_t V, int64_t D, const int32_t* ids, int64_t n, float scale, float* out,
+               int64_t ldo, int* bad_id, cudaStream_t s) {
+  if (n == 0) return;
+  embedding_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(table, V, D, ids, scale, out, ldo, bad_id);
+}
+
+void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps, float* y, cudaStream_t s) {
+  if (rows == 0) return;
+  rms_norm_kernel<<<static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s>>>(x, w, D, eps, y);
+}
+
+void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,
+          int64_t n, bool interleaved, cudaStream_t s) {
+  const int64_t total = T * H * n;
+  if (total == 0) return;
+  rope_kernel<<<blocks_for(total), kThreads, 0, s>>>(x, T, H, D, sT, sH, pos, inv_freq, n, interleaved);
+}
+
+void attention(const AttentionArgs& a, cudaStream_t s) {
+  if (a.T * a.Hq == 0) return;
+  const size_t smem = sizeof(float) * (a.D + kAttnWarps * a.Dv + 2 * kAttnWarps);
+  static bool raised = false;
+  if (!raised) {
+    cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
+    raised = true;
+  }
+  attention_kernel<<<static_cast<unsigned>(a.T * a.Hq), 32 * kAttnWarps, smem, s>>>(a);
+}
+
+void binary(Elementwise op, const float* a, const float* b, int64_t n, int64_t m, float* y, cudaStream_t s) {
+  if (n == 0) return;
+  binary_kernel<<<blocks_for(n), kThreads, 0, s>>>(op, a, b, n, m, y);
+}
+void scale(const float* a, float v, int64_t n, float* y, cudaStream_t s) {
+  if (n == 0) return;
+  scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, v, n, y);
+}
+void unary(int op, const float* a, int64_t n, float* y, cudaStream_t s) {
+  if (n == 0) return;
+  unary_kernel<<<blocks_for(n), kThreads, 0, s>>>(op, a, n, y);
+}
+void gated(int op, const float* g, const float* u, int64_t n, float* y, cudaStream_t s) {
+  if (n == 0) return;
+  gated_kernel<<<blocks_for(n), kThreads, 0, s>>>(op, g, u, n, y);
+}
+void softcap(const float* a, float cap, int64_t n, float* y, cudaStream_t s) {
+  if (n == 0) return;
+  softcap_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, cap, n, y);
+}
+void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s) {
+  if (rows == 0) return;
+  softmax_kernel<<<static_cast<unsigned>(rows), D >= 4096 ? 1024 : 256, 0, s>>>(a, D, y);
+}
+void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, cudaStream_t s) {
+  if (rows == 0) return;
+  topk_kernel<<<static_cast<unsigned>(rows), N >= 4096 ? 1024 : 256, 0, s>>>(a, N, k, values, indices);
+}
+void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D, float* out,
+                  cudaStream_t s) {
+  if (T * D == 0) return;
+  combine_rows_kernel<<<blocks_for(T * D), kThreads, 0, s>>>(rows, weights, T, k, D, out);
+}
+void route(const RouteArgs& a, cudaStream_t s) {
+  if (a.T == 0) return;
+  const size_t smem = sizeof(float) * (2 * a.E + a.groups);
+  route_kernel<<<static_cast<unsigned>(a.T), kThreads, smem, s>>>(a);
+}
+
+}  // namespace vatic::cuda

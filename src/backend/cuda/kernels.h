@@ -1,0 +1,110 @@
+#pragma once
+// Launchers of the CUDA kernels (kernels.cu, compiled by nvcc). Plain structs and raw device pointers only, so the
+// backend class (cuda_backend.cpp, C++20 with g++) and the kernels share nothing but this header. Every launcher
+// queues work on `stream` and returns at once; shapes were checked by the caller.
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+namespace vatic::cuda {
+
+// Element types as the kernels see them (the values of vatic::DType).
+enum ElemType : int { kF32 = 0, kBF16 = 1, kF16 = 2, kI32 = 3, kI64 = 4, kU8 = 5, kI8 = 6, kU32 = 7, kF8E4M3 = 8 };
+
+constexpr int kMaxDims = 6;
+
+// A strided view: element (i0, i1, ...) is at data + Σ i_d · stride[d] elements.
+struct View {
+  void* data = nullptr;
+  int type = kF32;
+  int ndim = 0;
+  int64_t shape[kMaxDims] = {};
+  int64_t stride[kMaxDims] = {};
+};
+
+// A weight matrix W [N, K] as the matmul kernels read it (one expert of a stacked [E, N, K] weight is at
+// expert_stride elements / words further on). Dense: `data` of `type`, row stride ld (elements). Quantized
+// (bits 4 or 8): `data` U32 words, ld in words; scales/biases of scale_type, row stride lds, expert stride
+// expert_stride_s; group of `group` inputs.
+struct Weight {
+  const void* data = nullptr;
+  int type = kBF16;
+  int64_t ld = 0;
+  int64_t expert_stride = 0;
+  int bits = 0;
+  int group = 0;
+  const void* scales = nullptr;
+  const void* biases = nullptr;
+  int scale_type = kBF16;
+  int64_t lds = 0;
+  int64_t expert_stride_s = 0;
+};
+
+void copy(const View& src, const View& dst, cudaStream_t s);
+void fill(const View& dst, float value, cudaStream_t s);
+
+// y[t, n] (+)= Σ_k x[t, k] · W[n, k] for t < T (T ≤ 8): weights read once for all T rows.
+void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
+          bool accumulate, cudaStream_t s);
+// Routed rows: y[r, :] = x[r / per, :] · W[experts[r]]ᵀ for r < R.
+void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
+                  int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s);
+// Rows [n0, n0 + n) of W (expert 0) dequantized / converted to F32 [n, K] (row stride K).
+void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* out, cudaStream_t s);
+
+// out[i, :] = table[ids[i], :] · scale (dense of any float type, or quantized); an id outside [0, V) writes zeros,
+// sets bad_id[0] = 1 and bad_id[1] to the id.
+void embedding(const Weight& table, int64_t V, int64_t D, const int32_t* ids, int64_t n, float scale, float* out,
+               int64_t ldo, int* bad_id, cudaStream_t s);
+void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps, float* y, cudaStream_t s);
+// x [T, H, D] with strides (sT, sH, 1); n frequencies.
+void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,
+          int64_t n, bool interleaved, cudaStream_t s);
+
+struct AttentionArgs {
+  const float* q;
+  int64_t T, Hq, D, sqT, sqH;
+  const float* k;
+  int64_t S, Hkv, skS, skH;
+  const float* v;
+  int64_t Dv, svS, svH;
+  const int32_t* q_pos;
+  const int32_t* k_pos;
+  float scale;
+  int window;
+  float* out;
+  int64_t soT, soH;
+};
+void attention(const AttentionArgs& a, cudaStream_t s);
+constexpr int kMaxAttentionDv = 512;
+constexpr int kMaxAttentionD = 1024;
+
+enum Elementwise : int { kAdd, kMul };
+void binary(Elementwise op, const float* a, const float* b, int64_t n, int64_t m, float* y, cudaStream_t s);
+void scale(const float* a, float v, int64_t n, float* y, cudaStream_t s);
+// op: the values of vatic::Unary.
+void unary(int op, const float* a, int64_t n, float* y, cudaStream_t s);
+void gated(int op, const float* g, const float* u, int64_t n, float* y, cudaStream_t s);
+void softcap(const float* a, float cap, int64_t n, float* y, cudaStream_t s);
+void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s);
+void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, cudaStream_t s);
+void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D, float* out,
+                  cudaStream_t s);
+
+struct RouteArgs {
+  const float* a;
+  int64_t T, E;
+  int kind;  // 0 softmax, 1 sigmoid
+  int k;
+  bool renormalize;
+  float scale;
+  const float* bias;          // or null
+  const float* expert_scale;  // or null
+  int groups, groups_kept;
+  float* weights;
+  int32_t* experts;
+};
+void route(const RouteArgs& a, cudaStream_t s);
+constexpr int kMaxRouteExperts = 4096;
+
+}  // namespace vatic::cuda

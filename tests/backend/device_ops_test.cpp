@@ -1,0 +1,477 @@
+// Every backend operation on every registered device against the CPU backend (as ggml's test-backend-ops does):
+// random inputs with odd sizes, strided views, every dtype an op takes and quantized weights. The CPU backend itself
+// is checked against double references in backend_ops_test.cpp; here the CPU is the reference for the others. The
+// mixture-of-experts ops (matmul_experts, combine_rows, route) are also checked on the CPU against naive references.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "ops/ops.h"
+#include "tensor/tensor.h"
+
+namespace vatic {
+namespace {
+
+std::mt19937& rng() {
+  static std::mt19937 g(4242);
+  return g;
+}
+
+Tensor random_host(const Shape& shape, DType dtype = DType::F32, float scale = 1.0f) {
+  Tensor t = Tensor::empty(shape, dtype);
+  std::normal_distribution<float> d(0.0f, scale);
+  for (int64_t i = 0; i < t.numel(); i++) {
+    const float v = d(rng());
+    switch (dtype) {
+      case DType::F32: t.data<float>()[i] = v; break;
+      case DType::BF16: t.data<uint16_t>()[i] = f32_to_bf16(v); break;
+      case DType::F16: t.data<uint16_t>()[i] = f32_to_f16(v); break;
+      case DType::F8_E4M3: t.data<uint8_t>()[i] = static_cast<uint8_t>(rng()() & 0x7e); break;  // no NaN codes
+      case DType::I32: t.data<int32_t>()[i] = static_cast<int32_t>(rng()() % 1000); break;
+      default: ADD_FAILURE() << "unsupported dtype";
+    }
+  }
+  return t;
+}
+
+// A quantized Linear [N, K] (or stacked [E, N, K] when E > 0) with random codes, scales and biases.
+Linear random_quantized(int64_t E, int64_t N, int64_t K, int bits, int group) {
+  const int64_t R = std::max<int64_t>(E, 1) * N;
+  Linear l;
+  l.bits = bits;
+  l.group = group;
+  l.weight = Tensor::empty({R, K * bits / 32}, DType::U32);
+  for (int64_t i = 0; i < l.weight.numel(); i++) l.weight.data<uint32_t>()[i] = static_cast<uint32_t>(rng()());
+  std::uniform_real_distribution<float> sd(0.001f, 0.05f), bd(-0.5f, 0.5f);
+  l.scales = Tensor::empty({R, K / group}, DType::BF16);
+  l.biases = Tensor::empty({R, K / group}, DType::BF16);
+  for (int64_t i = 0; i < l.scales.numel(); i++) {
+    l.scales.data<uint16_t>()[i] = f32_to_bf16(sd(rng()));
+    l.biases.data<uint16_t>()[i] = f32_to_bf16(bd(rng()));
+  }
+  if (E > 0) {
+    l.weight = l.weight.reshape({E, N, K * bits / 32});
+    l.scales = l.scales.reshape({E, N, K / group});
+    l.biases = l.biases.reshape({E, N, K / group});
+  }
+  return l;
+}
+
+Linear dense(const Tensor& w) {
+  Linear l;
+  l.weight = w;
+  return l;
+}
+
+Tensor on(Device d, const Tensor& host) { return ops::to_device(host, d); }
+Linear on(Device d, const Linear& l) {
+  Linear r = l;
+  r.weight = on(d, l.weight);
+  if (l.quantized()) {
+    r.scales = on(d, l.scales);
+    r.biases = on(d, l.biases);
+  }
+  return r;
+}
+
+// Element-wise comparison of two host tensors of one shape, scaled by the reference's magnitude.
+void expect_close(const Tensor& got_any, const Tensor& want_any, double rel, const std::string& what) {
+  Tensor got = ops::to_host(got_any), want = ops::to_host(want_any);
+  ASSERT_EQ(got.shape(), want.shape()) << what;
+  Tensor g = ops::to_f32(got), w = ops::to_f32(want);
+  if (got.dtype() == DType::I32) {
+    for (int64_t i = 0; i < got.numel(); i++)
+      ASSERT_EQ(got.data<int32_t>()[i], want.data<int32_t>()[i]) << what << " at " << i;
+    return;
+  }
+  double mag = 0;
+  for (int64_t i = 0; i < w.numel(); i++)
+    if (std::isfinite(w.data<float>()[i])) mag = std::max(mag, std::fabs(double(w.data<float>()[i])));
+  for (int64_t i = 0; i < w.numel(); i++) {
+    const float a = g.data<float>()[i], b = w.data<float>()[i];
+    if (std::isinf(b)) {
+      ASSERT_EQ(a, b) << what << " at " << i;
+      continue;
+    }
+    ASSERT_NEAR(a, b, rel * std::max(mag, 1e-3)) << what << " at " << i << " of " << w.numel();
+  }
+}
+
+std::vector<Device> others() {
+  std::vector<Device> d;
+  for (Device x : available_devices())
+    if (!x.is_cpu()) d.push_back(x);
+  return d;
+}
+
+// Runs `body(device)` for every device that is not the CPU; skips (saying so) when there is none.
+#define FOR_EACH_DEVICE(...)                                                                                    \
+  do {                                                                                                          \
+    auto devs_ = others();                                                                                      \
+    if (devs_.empty()) GTEST_SKIP() << "no device besides the CPU in this build and on this machine";          \
+    for (Device dev : devs_) {                                                                                  \
+      SCOPED_TRACE(dev.str());                                                                                  \
+      backend_for(dev).bind_thread();                                                                           \
+      (__VA_ARGS__)(dev);                                                                                       \
+    }                                                                                                           \
+  } while (0)
+
+TEST(DeviceOps, CopyStridedAndConverting) {
+  FOR_EACH_DEVICE([](Device dev) {
+    for (DType from : {DType::F32, DType::BF16, DType::F16, DType::I32})
+      for (DType to : {DType::F32, DType::BF16, DType::F16, DType::I32}) {
+        if ((from == DType::I32) != (to == DType::I32)) continue;
+        Tensor src = random_host({7, 13, 5}, from);
+        Tensor view = src.transpose(0, 2).slice(1, 2, 11);  // [5, 9, 7], strided
+        Tensor want = Tensor::empty(view.shape(), to);
+        cpu_backend().copy(view, want);
+        Tensor dsrc = on(dev, src);
+        Tensor got = backend_for(dev).empty(view.shape(), to);
+        backend_for(dev).copy(dsrc.transpose(0, 2).slice(1, 2, 11), got);
+        expect_close(got, want, 0, std::string("copy ") + dtype_name(from) + "->" + dtype_name(to));
+        // Into a strided destination.
+        Tensor dbig = backend_for(dev).empty({9, 11}, to);
+        backend_for(dev).fill(dbig, 0);
+        Tensor s2 = on(dev, random_host({9, 4}, from));
+        backend_for(dev).copy(s2, dbig.slice(1, 3, 7));
+        Tensor hbig = Tensor::empty({9, 11}, to);
+        cpu_backend().fill(hbig, 0);
+        cpu_backend().copy(ops::to_host(s2), hbig.slice(1, 3, 7));
+        expect_close(dbig, hbig, 0, "copy into strided");
+      }
+    Tensor f8 = random_host({33}, DType::F8_E4M3);
+    Tensor want = Tensor::empty({33}, DType::F32);
+    cpu_backend().copy(f8, want);
+    Tensor got = backend_for(dev).empty({33}, DType::F32);
+    backend_for(dev).copy(on(dev, f8), got);
+    expect_close(got, want, 0, "f8 -> f32");
+  });
+}
+
+TEST(DeviceOps, DenseMatmul) {
+  FOR_EACH_DEVICE([](Device dev) {
+    struct Size {
+      int64_t T, N, K;
+    };
+    for (DType wt : {DType::F32, DType::BF16, DType::F16, DType::F8_E4M3})
+      for (Size s : {Size{1, 1, 8}, Size{1, 37, 67}, Size{3, 130, 256}, Size{8, 33, 128}, Size{9, 19, 40},
+                     Size{37, 70, 96}, Size{130, 5, 513}}) {
+        SCOPED_TRACE(fmt::format("{} T={} N={} K={}", dtype_name(wt), s.T, s.N, s.K));
+        Tensor wbuf = random_host({s.N + 2, s.K}, wt, 0.1f);
+        Linear w = dense(wbuf.slice(0, 2, 2 + s.N));
+        Tensor xbuf = random_host({s.T, s.K + 3});
+        Tensor x = xbuf.slice(1, 3, 3 + s.K);  // strided rows
+        for (bool acc : {false, true}) {
+          Tensor y0 = random_host({s.T, s.N + 1});
+          Tensor want = y0.slice(1, 1, 1 + s.N);
+          Tensor dy0 = on(dev, y0);
+          Tensor got = dy0.slice(1, 1, 1 + s.N);
+          cpu_backend().matmul(x, w, want, acc);
+          Linear dw = dense(on(dev, wbuf).slice(0, 2, 2 + s.N));
+          backend_for(dev).matmul(on(dev, xbuf).slice(1, 3, 3 + s.K), dw, got, acc);
+          expect_close(got, want, 2e-5, acc ? "accumulate" : "overwrite");
+        }
+      }
+  });
+}
+
+TEST(DeviceOps, QuantizedMatmulAndEmbedding) {
+  FOR_EACH_DEVICE([](Device dev) {
+    for (int bits : {8, 4})
+      for (int group : {32, 64})
+        for (int64_t T : {1, 5, 8, 20}) {
+          const int64_t N = 45, K = 192;
+          SCOPED_TRACE(fmt::format("int{} g{} T={}", bits, group, T));
+          Linear w = random_quantized(0, N, K, bits, group);
+          Tensor x = random_host({T, K});
+          Tensor want = Tensor::empty({T, N}, DType::F32);
+          cpu_backend().matmul(x, w, want, false);
+          Tensor got = backend_for(dev).empty({T, N}, DType::F32);
+          backend_for(dev).matmul(on(dev, x), on(dev, w), got, false);
+          expect_close(got, want, 2e-5, "matmul");
+          // Rows of the same weight as an embedding table, scaled.
+          Tensor ids = Tensor::from_ints({3, 0, 44, 3, 17}, {5});
+          Tensor ewant = Tensor::empty({5, K}, DType::F32);
+          cpu_backend().embedding(w, ids, 0.5f, ewant);
+          Tensor egot = backend_for(dev).empty({5, K}, DType::F32);
+          backend_for(dev).embedding(on(dev, w), on(dev, ids), 0.5f, egot);
+          expect_close(egot, ewant, 1e-6, "embedding");
+        }
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      Tensor table = random_host({50, 33}, dt);
+      Tensor ids = Tensor::from_ints({49, 0, 7}, {3});
+      Tensor want = Tensor::empty({3, 33}, DType::F32);
+      cpu_backend().embedding(dense(table), ids, 2.0f, want);
+      Tensor got = backend_for(dev).empty({3, 33}, DType::F32);
+      backend_for(dev).embedding(dense(on(dev, table)), on(dev, ids), 2.0f, got);
+      expect_close(got, want, 1e-6, std::string("embedding ") + dtype_name(dt));
+    }
+    // An id outside the vocabulary is an error at the next synchronisation, not a crash.
+    Tensor table = on(dev, random_host({10, 8}));
+    Tensor got = backend_for(dev).empty({1, 8}, DType::F32);
+    backend_for(dev).embedding(dense(table), on(dev, Tensor::from_ints({10}, {1})), 1.0f, got);
+    EXPECT_THROW(ops::to_host(got), InvalidInput);
+    EXPECT_NO_THROW(ops::to_host(got));  // the error is reported once
+  });
+}
+
+TEST(DeviceOps, NormsRopeElementwise) {
+  FOR_EACH_DEVICE([](Device dev) {
+    Backend& be = backend_for(dev);
+    Backend& cpu = cpu_backend();
+    for (int64_t D : {1, 7, 256, 1536}) {
+      Tensor x = random_host({3, 2, D}), w = random_host({D});
+      for (bool with_w : {false, true}) {
+        Tensor want = Tensor::empty(x.shape(), DType::F32), got = be.empty(x.shape(), DType::F32);
+        Tensor dw = on(dev, w);
+        cpu.rms_norm(x, with_w ? &w : nullptr, 1e-6f, want);
+        be.rms_norm(on(dev, x), with_w ? &dw : nullptr, 1e-6f, got);
+        expect_close(got, want, 2e-6, "rms_norm");
+      }
+    }
+    for (bool interleaved : {false, true}) {
+      // A strided slice of the head dim, as GLM ropes the last 64 of 192 dims in place.
+      Tensor x = random_host({5, 3, 40});
+      Tensor pos = Tensor::from_ints({0, 7, 300, 4095, 32000}, {5});
+      std::vector<float> f(8);
+      for (int i = 0; i < 8; i++) f[i] = std::pow(10000.0f, -2.0f * i / 16.0f);
+      Tensor inv = Tensor::from_floats(f, {8});
+      Tensor dx = on(dev, x);
+      cpu.rope(x.slice(2, 24, 40), pos, inv, interleaved);
+      be.rope(dx.slice(2, 24, 40), on(dev, pos), on(dev, inv), interleaved);
+      expect_close(dx, x, 2e-6, interleaved ? "rope interleaved" : "rope neox");
+    }
+    Tensor a = random_host({6, 35}), b = random_host({35}), b2 = random_host({6, 35});
+    auto check2 = [&](const char* what, auto&& f) {
+      Tensor want = Tensor::empty(a.shape(), DType::F32), got = be.empty(a.shape(), DType::F32);
+      f(cpu, a, want, false);
+      f(be, on(dev, a), got, true);
+      expect_close(got, want, 2e-6, what);
+    };
+    check2("add", [&](Backend& k, const Tensor& x, const Tensor& y, bool d) { k.add(x, d ? on(dev, b) : b, y); });
+    check2("add rows", [&](Backend& k, const Tensor& x, const Tensor& y, bool d) { k.add(x, d ? on(dev, b2) : b2, y); });
+    check2("mul", [&](Backend& k, const Tensor& x, const Tensor& y, bool d) { k.mul(x, d ? on(dev, b) : b, y); });
+    check2("scale", [&](Backend& k, const Tensor& x, const Tensor& y, bool) { k.scale(x, -0.7f, y); });
+    check2("softcap", [&](Backend& k, const Tensor& x, const Tensor& y, bool) { k.softcap(x, 1.5f, y); });
+    check2("softmax", [&](Backend& k, const Tensor& x, const Tensor& y, bool) { k.softmax(x, y); });
+    for (Unary op : {Unary::GeluTanh, Unary::Silu, Unary::Sigmoid, Unary::Tanh, Unary::Exp}) {
+      check2("unary", [&](Backend& k, const Tensor& x, const Tensor& y, bool) { k.unary(op, x, y); });
+      check2("gated", [&](Backend& k, const Tensor& x, const Tensor& y, bool d) { k.gated(op, x, d ? on(dev, b2) : b2, y); });
+    }
+    // Top-k with ties (lower index first) over rows as wide as a vocabulary.
+    for (int64_t N : {5, 130, 262144}) {
+      Tensor t = random_host({3, N});
+      for (int64_t i = 0; i < N; i += 3) t.data<float>()[i] = 0.25f;  // many ties
+      const int k = static_cast<int>(std::min<int64_t>(N, 8));
+      Tensor wv = Tensor::empty({3, k}, DType::F32), wi = Tensor::empty({3, k}, DType::I32);
+      cpu.topk(t, k, wv, wi);
+      Tensor gv = be.empty({3, k}, DType::F32), gi = be.empty({3, k}, DType::I32);
+      be.topk(on(dev, t), k, gv, gi);
+      expect_close(gv, wv, 0, "topk values");
+      expect_close(gi, wi, 0, "topk indices");
+    }
+  });
+}
+
+TEST(DeviceOps, Attention) {
+  FOR_EACH_DEVICE([](Device dev) {
+    struct Case {
+      int64_t T, S, Hq, Hkv, D, Dv;
+      int window, empty_every;
+      bool v_in_k;  // values as the first Dv columns of the keys (GLM's latent cache)
+    };
+    for (Case c : {Case{1, 1, 1, 1, 16, 16, 0, 0, false}, Case{1, 70, 8, 1, 256, 256, 0, 0, false},
+                   Case{4, 19, 4, 2, 33, 17, 0, 0, false}, Case{5, 40, 8, 2, 512, 512, 8, 0, false},
+                   Case{3, 30, 6, 3, 48, 48, 0, 4, false}, Case{2, 50, 20, 1, 576, 512, 0, 0, true},
+                   Case{7, 300, 4, 1, 64, 64, 33, 5, false}}) {
+      SCOPED_TRACE(fmt::format("T={} S={} Hq={} Hkv={} D={} Dv={} window={}", c.T, c.S, c.Hq, c.Hkv, c.D, c.Dv,
+                               c.window));
+      Tensor qbuf = random_host({c.T, c.Hq, c.D + 2});
+      Tensor q = qbuf.slice(2, 2, 2 + c.D);
+      Tensor k = random_host({c.S, c.Hkv, c.D});
+      Tensor vbuf = random_host({c.S, c.Hkv, c.Dv});
+      Tensor v = c.v_in_k ? k.slice(2, 0, c.Dv) : vbuf;
+      std::vector<int32_t> kp(c.S), qp(c.T);
+      for (int64_t s = 0; s < c.S; s++) kp[s] = c.empty_every && s % c.empty_every == 1 ? -1 : static_cast<int32_t>(s);
+      for (int64_t t = 0; t < c.T; t++) qp[t] = static_cast<int32_t>(c.S - c.T + t);
+      Tensor kpos = Tensor::from_ints(kp, {c.S}), qpos = Tensor::from_ints(qp, {c.T});
+      AttentionParams p;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+      p.window = c.window;
+      Tensor want = Tensor::empty({c.T, c.Hq, c.Dv}, DType::F32);
+      cpu_backend().attention(q, k, v, qpos, kpos, p, want);
+      Tensor dk = on(dev, k);
+      Tensor dv = c.v_in_k ? dk.slice(2, 0, c.Dv) : on(dev, vbuf);
+      Tensor got = backend_for(dev).empty({c.T, c.Hq, c.Dv}, DType::F32);
+      backend_for(dev).attention(on(dev, qbuf).slice(2, 2, 2 + c.D), dk, dv, on(dev, qpos), on(dev, kpos), p, got);
+      expect_close(got, want, 2e-5, "attention");
+    }
+  });
+}
+
+// ---- mixture of experts: the CPU against naive references, then every device against the CPU ----
+
+struct MoeCase {
+  Tensor x;          // [X, K]
+  Linear w;          // [E, N, K]
+  Tensor experts;    // I32 [R]
+};
+
+MoeCase moe_case(int64_t X, int64_t per, int64_t E, int64_t N, int64_t K, int bits) {
+  MoeCase c;
+  c.x = random_host({X, K});
+  c.w = bits ? random_quantized(E, N, K, bits, 32) : dense(random_host({E, N, K}, DType::BF16, 0.1f));
+  std::vector<int32_t> ex(static_cast<size_t>(X * per));
+  for (auto& e : ex) e = static_cast<int32_t>(rng()() % E);
+  c.experts = Tensor::from_ints(ex, {X * per});
+  return c;
+}
+
+TEST(MoeOps, CpuMatmulExpertsEqualsPerRowMatmul) {
+  for (int bits : {0, 8, 4})
+    for (int64_t per : {1, 3}) {
+      MoeCase c = moe_case(6, per, 5, 17, 64, bits);
+      const int64_t R = c.experts.numel();
+      Tensor y = Tensor::empty({R, 17}, DType::F32);
+      cpu_backend().matmul_experts(c.x, c.w, c.experts, y);
+      for (int64_t r = 0; r < R; r++) {
+        Tensor one = Tensor::empty({1, 17}, DType::F32);
+        cpu_backend().matmul(c.x.slice(0, r / per, r / per + 1), c.w.select(c.experts.data<int32_t>()[r]), one, false);
+        for (int64_t n = 0; n < 17; n++) EXPECT_FLOAT_EQ(y.data<float>()[r * 17 + n], one.data<float>()[n]);
+      }
+    }
+}
+
+TEST(MoeOps, CpuCombineRows) {
+  Tensor rows = random_host({6, 5}), w = random_host({2, 3});
+  Tensor out = Tensor::empty({2, 5}, DType::F32);
+  cpu_backend().combine_rows(rows, w, out);
+  for (int64_t t = 0; t < 2; t++)
+    for (int64_t d = 0; d < 5; d++) {
+      double s = 0;
+      for (int64_t j = 0; j < 3; j++) s += double(w.data<float>()[t * 3 + j]) * rows.data<float>()[(t * 3 + j) * 5 + d];
+      EXPECT_NEAR(out.data<float>()[t * 5 + d], s, 1e-5);
+    }
+}
+
+TEST(MoeOps, CpuRouteSoftmaxAndGroupedSigmoid) {
+  // Softmax routing with renormalisation and per-expert scales.
+  Tensor a = Tensor::from_floats({0.1f, 2.0f, -1.0f, 1.5f, 0.3f, 2.0f}, {1, 6});
+  Tensor es = Tensor::from_floats({1, 2, 3, 4, 5, 6}, {6});
+  RouteParams p;
+  p.k = 3;
+  p.expert_scale = &es;
+  Tensor w = Tensor::empty({1, 3}, DType::F32), e = Tensor::empty({1, 3}, DType::I32);
+  cpu_backend().route(a, p, w, e);
+  EXPECT_EQ(e.data<int32_t>()[0], 1);  // the tie between experts 1 and 5 goes to the lower index
+  EXPECT_EQ(e.data<int32_t>()[1], 5);
+  EXPECT_EQ(e.data<int32_t>()[2], 3);
+  const double e1 = std::exp(2.0), e3 = std::exp(1.5), sum = 2 * e1 + e3;
+  EXPECT_NEAR(w.data<float>()[0], e1 / sum * 2, 1e-6);
+  EXPECT_NEAR(w.data<float>()[1], e1 / sum * 6, 1e-6);
+  EXPECT_NEAR(w.data<float>()[2], e3 / sum * 4, 1e-6);
+  // Grouped sigmoid: 4 groups of 2, keep 1 group; the bias picks, the unbiased sigmoid weighs.
+  Tensor b = Tensor::from_floats({0, 0, 0, 0, 0, 0, 5, 0}, {8});
+  Tensor a2 = Tensor::from_floats({3, 3, 0, 0, 0, 0, -2, 0}, {1, 8});
+  RouteParams g;
+  g.kind = RouteParams::Sigmoid;
+  g.k = 2;
+  g.bias = &b;
+  g.groups = 4;
+  g.groups_kept = 1;
+  g.scale = 2.5f;
+  Tensor w2 = Tensor::empty({1, 2}, DType::F32), e2 = Tensor::empty({1, 2}, DType::I32);
+  cpu_backend().route(a2, g, w2, e2);
+  EXPECT_EQ(e2.data<int32_t>()[0], 6);  // group 3 scores 5 + sigmoid(-2) + sigmoid(0) > group 0's 2·sigmoid(3)
+  EXPECT_EQ(e2.data<int32_t>()[1], 7);
+  const double s6 = 1 / (1 + std::exp(2.0)), s7 = 0.5;
+  EXPECT_NEAR(w2.data<float>()[0], s6 / (s6 + s7) * 2.5, 1e-6);
+  EXPECT_NEAR(w2.data<float>()[1], s7 / (s6 + s7) * 2.5, 1e-6);
+}
+
+TEST(DeviceOps, MixtureOfExperts) {
+  FOR_EACH_DEVICE([](Device dev) {
+    for (int bits : {0, 8, 4})
+      for (int64_t per : {1, 4}) {
+        SCOPED_TRACE(fmt::format("bits {} per {}", bits, per));
+        MoeCase c = moe_case(7, per, 6, 33, 128, bits);
+        const int64_t R = c.experts.numel();
+        Tensor want = Tensor::empty({R, 33}, DType::F32);
+        cpu_backend().matmul_experts(c.x, c.w, c.experts, want);
+        Tensor got = backend_for(dev).empty({R, 33}, DType::F32);
+        backend_for(dev).matmul_experts(on(dev, c.x), on(dev, c.w), on(dev, c.experts), got);
+        expect_close(got, want, 2e-5, "matmul_experts");
+        Tensor wts = random_host({7, per});
+        Tensor cw = Tensor::empty({7, 33}, DType::F32);
+        cpu_backend().combine_rows(want, wts, cw);
+        Tensor cg = backend_for(dev).empty({7, 33}, DType::F32);
+        backend_for(dev).combine_rows(got, on(dev, wts), cg);
+        expect_close(cg, cw, 2e-5, "combine_rows");
+      }
+    for (int kind : {0, 1}) {
+      const int64_t T = 9, E = 64;
+      Tensor a = random_host({T, E}, DType::F32, 2.0f);
+      for (int64_t i = 0; i < T * E; i += 7) a.data<float>()[i] = 0.5f;  // ties
+      Tensor bias = random_host({E}, DType::F32, 0.1f), es = random_host({E});
+      RouteParams p;
+      p.kind = kind ? RouteParams::Sigmoid : RouteParams::Softmax;
+      p.k = 6;
+      p.scale = 1.8f;
+      p.groups = kind ? 8 : 1;
+      p.groups_kept = kind ? 3 : 1;
+      if (kind) p.bias = &bias; else p.expert_scale = &es;
+      Tensor ww = Tensor::empty({T, 6}, DType::F32), we = Tensor::empty({T, 6}, DType::I32);
+      cpu_backend().route(a, p, ww, we);
+      Tensor dbias = on(dev, bias), des = on(dev, es);
+      RouteParams dp = p;
+      dp.bias = p.bias ? &dbias : nullptr;
+      dp.expert_scale = p.expert_scale ? &des : nullptr;
+      Tensor gw = backend_for(dev).empty({T, 6}, DType::F32), ge = backend_for(dev).empty({T, 6}, DType::I32);
+      backend_for(dev).route(on(dev, a), dp, gw, ge);
+      expect_close(ge, we, 0, "route experts");
+      expect_close(gw, ww, 2e-6, "route weights");
+    }
+  });
+}
+
+TEST(DeviceOps, OpsRefuseInputsOnDifferentDevices) {
+  FOR_EACH_DEVICE([](Device dev) {
+    Tensor a = on(dev, random_host({2, 3})), b = random_host({2, 3});
+    try {
+      ops::add(a, b);
+      FAIL() << "mixed devices accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("different devices"), std::string::npos) << e.what();
+    }
+    EXPECT_THROW(ops::matmul(b, dense(on(dev, random_host({4, 3})))), Error);
+  });
+}
+
+TEST(DeviceRegistry, NamesWhatTheMachineHas) {
+  auto devs = available_devices();
+  ASSERT_FALSE(devs.empty());
+  EXPECT_TRUE(devs.front().is_cpu());
+  EXPECT_EQ(&backend_for(Device::CPU), &cpu_backend());
+  EXPECT_EQ(Device::parse("cuda:3"), Device::cuda(3));
+  EXPECT_EQ(Device::parse("cuda"), Device::cuda(0));
+  EXPECT_EQ(Device::parse("cpu").str(), "cpu");
+  EXPECT_THROW(Device::parse("tpu"), InvalidInput);
+  EXPECT_THROW(Device::parse("cuda:-1"), InvalidInput);
+  EXPECT_THROW(Device::parse("cuda:x"), InvalidInput);
+  try {
+    backend_for(Device::cuda(static_cast<int>(devs.size()) + 7));
+    FAIL() << "an absent device has a backend";
+  } catch (const InvalidInput& e) {
+    EXPECT_NE(std::string(e.what()).find("cpu"), std::string::npos) << "the error lists what there is: " << e.what();
+  }
+  EXPECT_EQ(resolve_device("cpu"), Device::CPU);
+}
+
+}  // namespace
+}  // namespace vatic

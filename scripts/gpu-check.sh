@@ -2,7 +2,8 @@
 # The GPU checks of docs/gpu.md, on a machine with an NVIDIA GPU and a built (or packed) build folder: the op test
 # against the CPU backend, the model, engine, cache and quantization suites on cuda, and the demo model through the
 # whole product (create, serve, run --verbose, ps) with the server's log. Logs go to $1 (default: a temporary
-# folder). Exits non-zero when a suite fails.
+# folder); SUITES picks the suites (default: all of "ops models engine cache quant server"). Exits non-zero when
+# something fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -21,11 +22,13 @@ run() {
     fail=1
   fi
 }
-run ops "$BUILD/tests/test_backend" --gtest_filter='Device*:Moe*'
-for suite in models engine cache quant; do
-  [[ -x "$BUILD/tests/test_$suite" ]] && VATIC_TEST_DEVICE=cuda run "$suite" "$BUILD/tests/test_$suite"
+for suite in ${SUITES:-ops models engine cache quant server}; do
+  case $suite in
+    ops) run ops "$BUILD/tests/test_backend" --gtest_filter='Device*:Moe*' ;;
+    server) run server "$BUILD/tests/test_server" ;;  # its runners take the first GPU by default
+    *) VATIC_TEST_DEVICE=cuda run "$suite" "$BUILD/tests/test_$suite" ;;
+  esac
 done
-if [[ -x "$BUILD/tests/test_server" ]]; then run server "$BUILD/tests/test_server"; fi
 
 export VATIC_MODELS="$out/models"
 port=$((20000 + RANDOM % 20000))

@@ -12,7 +12,8 @@ for b in "$@"; do
   name=$(basename "$b")
   strip --strip-debug -o "$out/.bin/$name" "$b"
   mkdir -p "$out/$(dirname "$rel")"
-  up=$(dirname "$rel" | sed 's|[^/][^/]*|..|g')
+  up=.
+  [[ $(dirname "$rel") == . ]] || up=$(dirname "$rel" | sed 's|[^/][^/]*|..|g')
   printf '#!/bin/bash\nd=$(cd "$(dirname "$0")/%s" && pwd)\nLD_LIBRARY_PATH="$d/.lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" exec "$d/.bin/%s" "$@"\n' \
     "$up" "$name" >"$out/$rel"
   chmod +x "$out/$rel"

@@ -4,6 +4,7 @@
 // calls ops/ops.h, which checks that the inputs share a device, allocates outputs there and dispatches here.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/linear.h"
@@ -55,6 +56,10 @@ class Backend {
   virtual void synchronize() {}
   // Binds the calling thread to this device (the compute thread calls it once before any work).
   virtual void bind_thread() {}
+  // Per-operation timing for `vatic bench`: while on, each operation waits for the device before and after itself
+  // and adds its wall time to a table by name (which slows everything down). take_profile() returns and clears it.
+  virtual void set_profiling(bool on) {}
+  virtual std::vector<std::pair<std::string, double>> take_profile() { return {}; }
 
   // Memory. empty() makes an output buffer: its content is unspecified until an operation writes it.
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;

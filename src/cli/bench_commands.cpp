@@ -507,6 +507,7 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
     auto st = lm->new_state();
     auto t0 = Clock::now();
     lm->forward(*st, prompt, 1);
+    backend_for(dev).synchronize();
     return seconds_since(t0);
   });
   std::printf("%-10s %8s %10s %10s %12s %10s\n", "test", "t/s", "ms/token", "GB/s", "floor ms", "% of bw");
@@ -532,6 +533,22 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
   std::printf("%-10s %8.2f %10.2f %10.1f %12.2f %9.0f%%\n", fmt::format("tg{}", o.tokens).c_str(), 1.0 / t_decode,
               1e3 * t_decode, wbytes / t_decode / 1e9, floor_ms, 100.0 * floor_ms / (1e3 * t_decode));
 
+  if (!dev.is_cpu()) {
+    // Where one decode step's time goes, operation by operation (each timed alone, so the sum exceeds the step).
+    st->restore(snap);
+    Backend& be = backend_for(dev);
+    be.set_profiling(true);
+    ForwardResult d = lm->forward(*st, {first}, 1);
+    argmax(ops::to_vector(d.logits).data(), V);
+    be.set_profiling(false);
+    auto prof = be.take_profile();
+    std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+    double total = 0;
+    for (const auto& [name, secs] : prof) total += secs;
+    std::printf("one decode step by operation (each timed alone: %.2f ms in all):\n", 1e3 * total);
+    for (const auto& [name, secs] : prof) std::printf("  %-16s %8.3f ms %5.1f%%\n", name.c_str(), 1e3 * secs, 100 * secs / total);
+  }
+
   // One-token step and verify forwards over K+1 tokens, each from the same prefilled state.
   auto step_time = [&](int n) {
     auto toks = random_tokens(n, V, 99 + n);
@@ -539,6 +556,7 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
       st->restore(snap);
       auto t0 = Clock::now();
       lm->forward(*st, toks, n);
+      backend_for(dev).synchronize();
       return seconds_since(t0);
     });
   };

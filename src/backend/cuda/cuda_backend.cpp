@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -203,6 +204,12 @@ class CudaBackend final : public Backend {
     CUDA_OK(cudaStreamSynchronize(stream_), "synchronize");
     check_flags();
   }
+  void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<std::pair<std::string, double>> take_profile() override {
+    std::vector<std::pair<std::string, double>> r(profile_.begin(), profile_.end());
+    profile_.clear();
+    return r;
+  }
   void bind_thread() override {
     CUDA_OK(cudaSetDevice(index_), "cudaSetDevice");
     bound_ = index_;
@@ -262,6 +269,7 @@ class CudaBackend final : public Backend {
   }
 
   void copy(const Tensor& src, const Tensor& dst) override {
+    Timed timed_(*this, "copy");
     VATIC_CHECK(src.shape() == dst.shape(), "copy: shapes {} and {} differ", src.describe(), dst.describe());
     bind();
     if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
@@ -277,6 +285,7 @@ class CudaBackend final : public Backend {
   }
 
   void fill(const Tensor& dst, float value) override {
+    Timed timed_(*this, "fill");
     VATIC_CHECK(is_writable(dst.dtype()), "fill: cannot write {}", dst.describe());
     bind();
     cuda::fill(view(dst), value, stream_);
@@ -297,6 +306,7 @@ class CudaBackend final : public Backend {
     if (T == 0 || N == 0) return;
     const cuda::Weight cw = weight(w);
     const int64_t ldx = x.stride(0), ldy = y.stride(0);
+    Timed timed_(*this, T <= 8 ? "matmul (gemv)" : "matmul (sgemm)");
     if (T <= 8) {
       cuda::gemv(x.data<float>(), ldx, static_cast<int>(T), cw, N, K, y.data<float>(), ldy, accumulate, stream_);
       check_launch("matmul");
@@ -326,6 +336,7 @@ class CudaBackend final : public Backend {
   }
 
   void embedding(const Linear& w, const Tensor& ids, float scale, const Tensor& out) override {
+    Timed timed_(*this, "embedding");
     const int64_t n = ids.numel(), D = w.in_features(), V = w.out_features();
     VATIC_CHECK(out.dim(0) == n && out.dim(1) == D && out.dtype() == DType::F32 && out.stride(1) == 1,
                 "embedding: output {} for {} ids of width {}", out.describe(), n, D);
@@ -339,6 +350,7 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
+    Timed timed_(*this, "rms_norm");
     VATIC_CHECK(x.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32, "rms_norm expects contiguous F32");
     const int64_t D = x.dim(-1), R = x.numel() / std::max<int64_t>(D, 1);
     bind();
@@ -356,6 +368,7 @@ class CudaBackend final : public Backend {
   }
 
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) override {
+    Timed timed_(*this, "rope");
     VATIC_CHECK(x.ndim() == 3 && x.stride(2) == 1 && x.dtype() == DType::F32, "rope expects F32 [T, H, D], got {}",
                 x.describe());
     const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), n = inv_freq.numel();
@@ -371,6 +384,7 @@ class CudaBackend final : public Backend {
 
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p, const Tensor& out) override {
+    Timed timed_(*this, "attention");
     const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
     VATIC_CHECK(k.dim(2) == D && v.dim(0) == S && v.dim(1) == Hkv && Hq % Hkv == 0 && out.dim(0) == T &&
                     out.dim(1) == Hq && out.dim(2) == Dv,
@@ -395,6 +409,7 @@ class CudaBackend final : public Backend {
   }
 
   void binary(cuda::Elementwise op, const Tensor& a, const Tensor& b, const Tensor& y) {
+    Timed timed_(*this, "add/mul");
     VATIC_CHECK(a.is_contiguous() && b.is_contiguous() && y.is_contiguous() && a.dtype() == DType::F32 &&
                     b.dtype() == DType::F32 && y.numel() == a.numel(),
                 "elementwise op on {} and {}", a.describe(), b.describe());
@@ -407,18 +422,21 @@ class CudaBackend final : public Backend {
   void add(const Tensor& a, const Tensor& b, const Tensor& y) override { binary(cuda::kAdd, a, b, y); }
   void mul(const Tensor& a, const Tensor& b, const Tensor& y) override { binary(cuda::kMul, a, b, y); }
   void scale(const Tensor& a, float s, const Tensor& y) override {
+    Timed timed_(*this, "scale");
     check_f32_contiguous(a, "scale");
     bind();
     cuda::scale(a.data<float>(), s, a.numel(), y.data<float>(), stream_);
     check_launch("scale");
   }
   void unary(Unary op, const Tensor& a, const Tensor& y) override {
+    Timed timed_(*this, "unary");
     check_f32_contiguous(a, "unary");
     bind();
     cuda::unary(static_cast<int>(op), a.data<float>(), a.numel(), y.data<float>(), stream_);
     check_launch("unary");
   }
   void gated(Unary op, const Tensor& g, const Tensor& u, const Tensor& y) override {
+    Timed timed_(*this, "gated");
     VATIC_CHECK(g.numel() == u.numel() && g.is_contiguous() && u.is_contiguous(), "gated: {} and {}", g.describe(),
                 u.describe());
     bind();
@@ -426,12 +444,14 @@ class CudaBackend final : public Backend {
     check_launch("gated");
   }
   void softcap(const Tensor& a, float cap, const Tensor& y) override {
+    Timed timed_(*this, "softcap");
     check_f32_contiguous(a, "softcap");
     bind();
     cuda::softcap(a.data<float>(), cap, a.numel(), y.data<float>(), stream_);
     check_launch("softcap");
   }
   void softmax(const Tensor& a, const Tensor& y) override {
+    Timed timed_(*this, "softmax");
     check_f32_contiguous(a, "softmax");
     const int64_t D = a.dim(-1), R = a.numel() / std::max<int64_t>(D, 1);
     bind();
@@ -439,6 +459,7 @@ class CudaBackend final : public Backend {
     check_launch("softmax");
   }
   void topk(const Tensor& a, int k, const Tensor& values, const Tensor& indices) override {
+    Timed timed_(*this, "topk");
     check_f32_contiguous(a, "topk");
     const int64_t N = a.dim(-1), R = a.numel() / std::max<int64_t>(N, 1);
     VATIC_CHECK(k > 0 && k <= N, "topk: k={} for rows of {}", k, N);
@@ -448,6 +469,7 @@ class CudaBackend final : public Backend {
   }
 
   void matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y) override {
+    Timed timed_(*this, "matmul_experts");
     const int64_t R = experts.numel(), X = x.dim(0), K = x.dim(1), N = w.out_features();
     VATIC_CHECK(w.weight.ndim() == 3 && X > 0 && R % X == 0 && y.dim(0) == R && y.dim(1) == N &&
                     w.in_features() == K && experts.dtype() == DType::I32 && experts.is_contiguous() &&
@@ -463,6 +485,7 @@ class CudaBackend final : public Backend {
   }
 
   void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) override {
+    Timed timed_(*this, "combine_rows");
     const int64_t T = out.dim(0), D = out.dim(1), k = weights.dim(1);
     VATIC_CHECK(rows.dim(0) == T * k && rows.dim(1) == D && weights.dim(0) == T && rows.is_contiguous() &&
                     weights.is_contiguous() && out.is_contiguous(),
@@ -473,6 +496,7 @@ class CudaBackend final : public Backend {
   }
 
   void route(const Tensor& a, const RouteParams& p, const Tensor& weights, const Tensor& experts) override {
+    Timed timed_(*this, "route");
     const int64_t E = a.dim(-1), T = a.numel() / std::max<int64_t>(E, 1);
     VATIC_CHECK(a.is_contiguous() && a.dtype() == DType::F32 && p.k > 0 && p.k <= E && p.k <= 64 &&
                     E <= cuda::kMaxRouteExperts && weights.numel() == T * p.k && experts.numel() == T * p.k &&
@@ -489,6 +513,23 @@ class CudaBackend final : public Backend {
   }
 
  private:
+  // Times one operation while profiling is on (waits for the device on both sides).
+  struct Timed {
+    Timed(CudaBackend& b, const char* name) : b_(b), name_(name) {
+      if (!b_.profiling_) return;
+      cudaStreamSynchronize(b_.stream_);
+      t0_ = std::chrono::steady_clock::now();
+    }
+    ~Timed() {
+      if (!b_.profiling_) return;
+      cudaStreamSynchronize(b_.stream_);
+      b_.profile_[name_] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+    }
+    CudaBackend& b_;
+    const char* name_;
+    std::chrono::steady_clock::time_point t0_;
+  };
+
   static constexpr size_t kStagingBytes = size_t(32) << 20;
   static constexpr size_t kDirectUploadBytes = size_t(1) << 20;
   struct Staging {
@@ -532,6 +573,8 @@ class CudaBackend final : public Backend {
   Staging staging_[2];
   int* flag_host_ = nullptr;
   int* flag_dev_ = nullptr;
+  bool profiling_ = false;
+  std::map<std::string, double> profile_;
   static thread_local int bound_;
 };
 

@@ -193,17 +193,20 @@ int64_t numel(const View& v) {
 // ---------------------------------------------------------------- matmul
 
 // Σ_k x[k] · W[n, k] for one weight row, by one warp; T rows of x at once.
+// Lanes of `parts` warps share one row: this warp is part `part` of them.
 template <int T>
 __device__ __forceinline__ void row_dot(const float* x, int64_t ldx, int rows, const Weight& w, const void* wrow,
-                                        const void* srow, const void* brow, int64_t K, float (&acc)[T]) {
-  const int lane = threadIdx.x & 31;
+                                        const void* srow, const void* brow, int64_t K, float (&acc)[T], int part,
+                                        int parts) {
+  const int lane = (threadIdx.x & 31) + 32 * part, stride = 32 * parts;
 #pragma unroll
   for (int t = 0; t < T; t++) acc[t] = 0.0f;
   if (w.bits == 0) {
     const bool x_vec = (reinterpret_cast<uintptr_t>(x) % 16) == 0 && (ldx % 4) == 0;
     if (w.type == kBF16 && x_vec && (K % 8) == 0 && (reinterpret_cast<uintptr_t>(wrow) % 16) == 0) {
       const uint4* p = static_cast<const uint4*>(wrow);
-      for (int64_t c = lane; c < K / 8; c += 32) {
+#pragma unroll 2
+      for (int64_t c = lane; c < K / 8; c += stride) {
         uint4 q = p[c];
         const uint32_t words[4] = {q.x, q.y, q.z, q.w};
         float wv[8];
@@ -222,7 +225,7 @@ __device__ __forceinline__ void row_dot(const float* x, int64_t ldx, int rows, c
         }
       }
     } else {
-      for (int64_t k = lane; k < K; k += 32) {
+      for (int64_t k = lane; k < K; k += stride) {
         const float wv = load(w.type, wrow, k);
 #pragma unroll
         for (int t = 0; t < T; t++) {
@@ -238,7 +241,8 @@ __device__ __forceinline__ void row_dot(const float* x, int64_t ldx, int rows, c
   const uint32_t mask = (1u << w.bits) - 1u;
   const uint32_t* q = static_cast<const uint32_t*>(wrow);
   const int64_t words = K / per;
-  for (int64_t c = lane; c < words; c += 32) {
+#pragma unroll 2
+  for (int64_t c = lane; c < words; c += stride) {
     const uint32_t word = q[c];
     const int64_t k0 = c * per;
     const int64_t g = k0 / w.group;
@@ -272,17 +276,34 @@ __device__ __forceinline__ const void* scale_row(const Weight& w, const void* ba
 
 constexpr int kRowsPerBlock = 8;  // one warp per output row
 
+// One output row per `Parts` warps (Parts > 1 splits K, for matrices with too few rows to fill the GPU).
+template <int Parts>
 __global__ void gemv_kernel(const float* x, int64_t ldx, int T, Weight w, int64_t N, int64_t K, float* y, int64_t ldy,
                             bool accumulate) {
-  const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
-  if (n >= N) return;
+  __shared__ float partial[kRowsPerBlock][8];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t n = static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / Parts) + warp / Parts;
+  const int part = warp % Parts;
   float acc[8];
-  row_dot<8>(x, ldx, T, w, weight_row(w, 0, n), scale_row(w, w.scales, 0, n), scale_row(w, w.biases, 0, n), K, acc);
+  if (n < N)
+    row_dot<8>(x, ldx, T, w, weight_row(w, 0, n), scale_row(w, w.scales, 0, n), scale_row(w, w.biases, 0, n), K, acc,
+               part, Parts);
 #pragma unroll
   for (int t = 0; t < 8; t++) {
     if (t >= T) break;
-    const float v = warp_sum(acc[t]);
-    if ((threadIdx.x & 31) == 0) y[t * ldy + n] = accumulate ? y[t * ldy + n] + v : v;
+    const float v = warp_sum(n < N ? acc[t] : 0.0f);
+    if (Parts == 1) {
+      if (lane == 0 && n < N) y[t * ldy + n] = accumulate ? y[t * ldy + n] + v : v;
+    } else if (lane == 0) {
+      partial[warp][t] = v;
+    }
+  }
+  if (Parts == 1) return;
+  __syncthreads();
+  if (part == 0 && lane < T && n < N) {
+    float v = 0.0f;
+    for (int p = 0; p < Parts; p++) v += partial[warp + p][lane];
+    y[lane * ldy + n] = accumulate ? y[lane * ldy + n] + v : v;
   }
 }
 
@@ -294,7 +315,7 @@ __global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, co
   const int64_t e = experts[r];
   float acc[1];
   row_dot<1>(x + (r / per) * ldx, ldx, 1, w, weight_row(w, e, n), scale_row(w, w.scales, e, n),
-             scale_row(w, w.biases, e, n), K, acc);
+             scale_row(w, w.biases, e, n), K, acc, 0, 1);
   const float v = warp_sum(acc[0]);
   if ((threadIdx.x & 31) == 0) y[r * ldy + n] = v;
 }
@@ -379,10 +400,11 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t D, int64_t s
 
 // ---------------------------------------------------------------- attention
 
-constexpr int kAttnWarps = 4;
+constexpr int kAttnWarps = 16;
 constexpr int kAccPerLane = kMaxAttentionDv / 32;
 
-// One block per (query, head): each warp streams a quarter of the keys with an online softmax, then the warps merge.
+// One block per (query, head): each of 16 warps streams its share of the keys with an online softmax, then the
+// warps merge.
 __global__ void attention_kernel(AttentionArgs a) {
   extern __shared__ float smem[];
   float* qs = smem;                          // [D]
@@ -653,8 +675,14 @@ void fill(const View& dst, float value, cudaStream_t s) {
 
 void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
           bool accumulate, cudaStream_t s) {
+  // Fewer than ~16k rows leave most of the GPU idle at one warp per row: split each row's K over 4 warps.
+  if (N < 16384 && K >= 512) {
+    const int64_t blocks = (N + kRowsPerBlock / 4 - 1) / (kRowsPerBlock / 4);
+    gemv_kernel<4><<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, s>>>(x, ldx, T, w, N, K, y, ldy, accumulate);
+    return;
+  }
   const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  gemv_kernel<<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, s>>>(x, ldx, T, w, N, K, y, ldy, accumulate);
+  gemv_kernel<1><<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, s>>>(x, ldx, T, w, N, K, y, ldy, accumulate);
 }
 
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,

@@ -24,7 +24,7 @@ namespace {
 
 // Marker tokens that end a turn in the chat formats we render (besides the model's own eos ids).
 const char* const kTurnEndMarkers[] = {"<turn|>", "<eos>", "<end_of_turn>", "<|user|>", "<|observation|>",
-                                       "<|endoftext|>"};
+                                       "<|endoftext|>", "<|eot_id|>", "<|eom_id|>", "<|im_end|>"};
 
 std::string dump_line(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";

@@ -455,9 +455,10 @@ TEST_F(StoreTest, BadInputLeavesStoreUnchanged) {
   fs::remove(noweights / "model.safetensors");
   expect_invalid("x", parse_modelfile("FROM ./noweights\n", dir_), none, {"model.safetensors"});
   fs::path arch = copy_fixture("gemma4-dense-tiny", "arch");
-  edit_config(arch, [](json& j) { j["architectures"] = {"LlamaForCausalLM"}; j["model_type"] = "llama"; });
+  edit_config(arch, [](json& j) { j["architectures"] = {"PhiForCausalLM"}; j["model_type"] = "phi"; });
   expect_invalid("x", parse_modelfile("FROM ./arch\n", dir_), none,
-                 {"LlamaForCausalLM", "Gemma4ForConditionalGeneration", "Glm4MoeLiteForCausalLM"});
+                 {"PhiForCausalLM", "Gemma4ForConditionalGeneration", "Glm4MoeLiteForCausalLM", "LlamaForCausalLM",
+                  "Qwen3MoeForCausalLM", "Gemma3ForCausalLM"});
   // tensors
   fs::path missing = copy_fixture("gemma4-dense-tiny", "missing");
   rewrite_weights(missing, [](std::vector<NamedTensor>& ts) {
@@ -480,7 +481,14 @@ TEST_F(StoreTest, BadInputLeavesStoreUnchanged) {
   edit_config(vocab, [](json& j) { j["text_config"]["vocab_size"] = 1024; });
   expect_invalid("x", parse_modelfile(fmt::format("FROM {}\nDRAFT ./vocab\n", (kModels / "gemma4-e2b-tiny").string()), dir_),
                  none, {"vocab_size"});
-  expect_invalid("x", mf("FROM ./gemma4-e2b-tiny\nDRAFT ./gemma4-dense-tiny\n"), none, {"not a drafter"});
+  // a draft model must speak the target's tokens
+  expect_invalid("x", mf("FROM ./gemma4-e2b-tiny\nDRAFT ./glm4-moe-lite-tiny\n"), none, {"tokenizers differ"});
+  expect_invalid("x", mf("FROM ../families/llama3-tiny\nDRAFT ../families/gemma3-tiny\n"), none,
+                 {"tokenizers differ"});
+  fs::path notok = copy_fixture("../families/qwen3-tiny", "notok");
+  fs::remove(notok / "tokenizer.json");
+  expect_invalid("x", parse_modelfile(fmt::format("FROM {}\nDRAFT ./notok\n", (kModels / "../families/qwen3-tiny").string()), dir_),
+                 none, {"no tokenizer.json"});
   expect_invalid("x", mf("FROM ./glm4-moe-lite-tiny\nDRAFT ./gemma4-e2b-tiny-assistant\n"), none,
                  {"only for Gemma 4"});
   // options

@@ -58,6 +58,8 @@ class ModelFamily {
   // Per-expert weights (".experts.N.proj.weight") are stacked into [E, N, K] tensors when quantizing.
   virtual bool stacks_experts_when_quantizing() const { return true; }
   virtual ChatDefaults chat_defaults(const json& config) const = 0;
+  // Tokens that end a turn in the family's chat format (generation stops there besides the eos ids).
+  virtual std::vector<std::string> turn_end_tokens() const = 0;
 
   virtual std::unique_ptr<LanguageModel> load(const json& config, const ModelSource& source) const = 0;
   // A drafter the target's own checkpoint carries (GLM's MTP layers), or null.

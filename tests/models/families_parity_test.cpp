@@ -9,6 +9,8 @@
 #include "models/fixture_util.h"
 #include "models/loader.h"
 #include "models/registry.h"
+#include "chat/parser.h"
+#include "chat/renderer.h"
 #include "sample/sampler.h"
 
 namespace vatic {
@@ -179,6 +181,69 @@ TEST(FamilyRegistry, Gemma3SlidingPatternAndRopeFromOlderConfigs) {
   EXPECT_EQ(s.layers[3].rope.factor, 8.0);
   EXPECT_EQ(s.layers[0].rope.theta, 10000.0);
   EXPECT_EQ(s.layers[0].rope.type, "default");
+}
+
+TEST(FamilyRegistry, Gemma3MultimodalWrapperLoadsTheTextPart) {
+  // Gemma3ForConditionalGeneration as released: text fields under text_config (defaults left out), tensors under
+  // language_model.model.*, a vision tower beside them.
+  namespace fs = std::filesystem;
+  fs::path dir = fs::temp_directory_path() / ("vatic-gemma3-mm-" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  json text = json::parse(read_file(family_dir("gemma3-tiny") / "config.json"));
+  text.erase("architectures");
+  json top = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
+              {"text_config", text}, {"eos_token_id", {1, 106}}, {"vision_config", {{"hidden_size", 8}}}};
+  write_file_atomic(dir / "config.json", top.dump());
+  fs::copy_file(family_dir("gemma3-tiny") / "tokenizer.json", dir / "tokenizer.json");
+  std::vector<NamedTensor> ts;
+  {
+    TensorStore src(family_dir("gemma3-tiny"));
+    for (const auto& n : src.names()) ts.push_back({"language_model." + n, ops::to_host(src.get(n))});
+    ts.push_back({"vision_tower.patch.weight", ops::to_host(src.get("model.norm.weight"))});
+  }
+  write_safetensors(dir / "model.safetensors", ts);
+  auto mm = load_language_model(ModelSource::from_directory(dir));
+  auto lm = load("gemma3-tiny");
+  EXPECT_EQ(mm->info().architecture, "Gemma3ForConditionalGeneration");
+  EXPECT_EQ(mm->info().parameter_count, lm->info().parameter_count);  // the vision tower is not counted
+  const std::vector<int32_t> prompt = {2, 40, 41, 42, 300, 7, 8, 9, 10, 11, 12};
+  auto s1 = mm->new_state();
+  auto s2 = lm->new_state();
+  EXPECT_EQ(logits_of(*mm, *s1, prompt, 3), logits_of(*lm, *s2, prompt, 3));
+  // Its expected tensors follow the stored prefix too.
+  const auto& fam = gemma3_family();
+  TensorStore st(dir);
+  auto want = fam.expected_tensors(top, "c", [&](const std::string& n) { return st.has(n); });
+  for (const auto& e : want)
+    if (!e.optional) {
+      EXPECT_TRUE(st.has(e.name)) << e.name;
+    }
+  fs::remove_all(dir);
+}
+
+TEST(FamilyRegistry, ChatDefaultsNameFormatsThatExist) {
+  for (const ModelFamily* f : model_families()) {
+    SCOPED_TRACE(f->name());
+    EXPECT_FALSE(f->turn_end_tokens().empty());
+    for (const auto& a : f->architectures()) {
+      json cfg = {{"architectures", {a}}};
+      if (f->drafter_only(cfg)) continue;
+      ChatDefaults d = f->chat_defaults(cfg);
+      ASSERT_FALSE(d.renderer.empty()) << a;
+      EXPECT_EQ(chat::make_renderer(d.renderer)->name(), d.renderer);
+      EXPECT_TRUE(chat::make_parser(d.parser));
+    }
+  }
+  // Gemma 4: the per-layer-embedding models (E2B/E4B) take the small template, the others the large one.
+  json e2b = {{"architectures", {"Gemma4ForConditionalGeneration"}}, {"text_config", {{"hidden_size_per_layer_input", 256}}}};
+  EXPECT_EQ(gemma4_family().chat_defaults(e2b).renderer, "gemma4-small");
+  json big = {{"architectures", {"Gemma4ForCausalLM"}}, {"hidden_size", 5376}};
+  EXPECT_EQ(gemma4_family().chat_defaults(big).renderer, "gemma4-large");
+  EXPECT_EQ(glm4_moe_lite_family().chat_defaults(json::object()).parser, "glm-4.7");
+  EXPECT_EQ(llama_family().chat_defaults(json::object()).renderer, "llama3");
+  EXPECT_TRUE(qwen3_moe_family().chat_defaults(json::object()).thinking);
+  EXPECT_FALSE(gemma3_family().chat_defaults(json::object()).tools);
 }
 
 TEST(FamilyRegistry, BadConfigsAreClearErrors) {

@@ -22,7 +22,21 @@ class Gemma3Family final : public DecoderFamily {
   DecoderSpec spec(const json& config, const std::string& source) const override {
     const bool multimodal = config.is_object() && config.contains("text_config") && config["text_config"].is_object();
     Fields top(config, source);
-    Fields f(multimodal ? config["text_config"] : config, source, multimodal ? "text_config." : "");
+    // The released multimodal configs give only what differs from transformers' Gemma3TextConfig defaults.
+    json text = multimodal ? config["text_config"] : config;
+    if (!text.is_object()) throw InvalidInput(fmt::format("invalid config {}: not a JSON object", source));
+    static const json defaults = {{"vocab_size", 262208},
+                                  {"num_attention_heads", 8},
+                                  {"num_key_value_heads", 4},
+                                  {"head_dim", 256},
+                                  {"max_position_embeddings", 131072},
+                                  {"query_pre_attn_scalar", 256},
+                                  {"rms_norm_eps", 1e-6},
+                                  {"sliding_window", 4096},
+                                  {"hidden_activation", "gelu_pytorch_tanh"}};
+    for (const auto& [k, v] : defaults.items())
+      if (!text.contains(k) || text[k].is_null()) text[k] = v;
+    Fields f(text, source, multimodal ? "text_config." : "");
     DecoderSpec s = common_decoder_spec(f, multimodal ? kMultimodal : "Gemma3ForCausalLM");
     if (multimodal) {
       s.prefix = "model.language_model.";
@@ -104,6 +118,7 @@ class Gemma3Family final : public DecoderFamily {
   }
 
   ChatDefaults chat_defaults(const json&) const override { return {"gemma3", "gemma3", false, false}; }
+  std::vector<std::string> turn_end_tokens() const override { return {"<end_of_turn>", "<eos>"}; }
 };
 
 }  // namespace

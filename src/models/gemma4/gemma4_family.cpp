@@ -120,6 +120,7 @@ class Gemma4Family final : public ModelFamily {
     return {true, c.num_layers, c.enable_moe_block ? c.num_experts : 0, is_draft};
   }
   bool stacks_experts_when_quantizing() const override { return false; }  // already stacked
+  std::vector<std::string> turn_end_tokens() const override { return {"<turn|>", "<eos>"}; }
 
   ChatDefaults chat_defaults(const json& config) const override {
     const json& t = config.contains("text_config") ? config["text_config"] : config;

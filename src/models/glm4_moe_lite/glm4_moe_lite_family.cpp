@@ -85,6 +85,7 @@ class Glm4MoeLiteFamily final : public ModelFamily {
   }
 
   ChatDefaults chat_defaults(const json&) const override { return {"glm-4.7", "glm-4.7", true, true}; }
+  std::vector<std::string> turn_end_tokens() const override { return {"<|user|>", "<|observation|>", "<|endoftext|>"}; }
 
   std::unique_ptr<LanguageModel> load(const json& config, const ModelSource& source) const override {
     return load_glm4_moe_lite(config, source);

@@ -26,6 +26,7 @@ class LlamaFamily final : public DecoderFamily {
   }
 
   ChatDefaults chat_defaults(const json&) const override { return {"llama3", "llama3", true, false}; }
+  std::vector<std::string> turn_end_tokens() const override { return {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"}; }
 };
 
 }  // namespace

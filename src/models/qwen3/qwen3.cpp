@@ -29,6 +29,7 @@ class Qwen3Family final : public DecoderFamily {
     return qwen3_spec(Fields(config, source), "Qwen3ForCausalLM");
   }
   ChatDefaults chat_defaults(const json&) const override { return {"qwen3", "qwen3", true, true}; }
+  std::vector<std::string> turn_end_tokens() const override { return {"<|im_end|>", "<|endoftext|>"}; }
 };
 
 }  // namespace

@@ -40,6 +40,7 @@ class Qwen3MoeFamily final : public DecoderFamily {
     return s;
   }
   ChatDefaults chat_defaults(const json&) const override { return {"qwen3", "qwen3", true, true}; }
+  std::vector<std::string> turn_end_tokens() const override { return {"<|im_end|>", "<|endoftext|>"}; }
 };
 
 }  // namespace

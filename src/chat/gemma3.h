@@ -1,6 +1,7 @@
 #pragma once
-// Gemma 3 chat format: <start_of_turn> turns (the official template: the system message is prefixed to the first
-// user turn, roles must alternate user/model). Gemma 3 has no tool-call or thinking syntax: the output is content.
+// Gemma 3 chat format: <start_of_turn> turns (the official template: the system message is prefixed to the
+// first user turn, roles must alternate user/model). Gemma 3 has no tool-call or thinking syntax: the output
+// is content.
 #include <string>
 #include <string_view>
 

@@ -8,7 +8,9 @@ namespace {
 
 constexpr std::string_view kPythonTag = "<|python_tag|>";
 
-std::string header(std::string_view role) { return "<|start_header_id|>" + std::string(role) + "<|end_header_id|>\n\n"; }
+std::string header(std::string_view role) {
+  return "<|start_header_id|>" + std::string(role) + "<|end_header_id|>\n\n";
+}
 
 // Parses `{"name": ..., "parameters": {...}}` calls separated by ";"; false if any part is not one.
 bool parse_calls(std::string_view text, std::vector<ToolCall>& out) {
@@ -26,10 +28,13 @@ bool parse_calls(std::string_view text, std::vector<ToolCall>& out) {
       } catch (const std::exception&) {
       }
     }
-    if (end == std::string_view::npos || !j.is_object() || !j.contains("name") || !j["name"].is_string()) return false;
+    if (end == std::string_view::npos || !j.is_object() || !j.contains("name") || !j["name"].is_string())
+      return false;
     ToolCall tc;
     tc.name = j["name"].get<std::string>();
-    const char* key = j.contains("parameters") ? "parameters" : j.contains("arguments") ? "arguments" : nullptr;
+    const char* key = j.contains("parameters")  ? "parameters"
+                      : j.contains("arguments") ? "arguments"
+                                                : nullptr;
     if (key && j[key].is_object())
       tc.arguments = j[key];
     else if (key && !j[key].is_null())
@@ -64,9 +69,12 @@ std::string Llama3Renderer::render(const std::vector<Message>& messages, const s
     if (first >= messages.size() || messages[first].role != "user")
       throw InvalidInput("the Llama 3 chat format needs a user message to declare tools in");
     out += header("user");
-    out += "Given the following functions, please respond with a JSON for a function call with its proper arguments "
-           "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, \"parameters\": "
-           "dictionary of argument name and its value}.Do not use variables.\n\n";
+    out +=
+        "Given the following functions, please respond with a JSON for a function call with its proper "
+        "arguments "
+        "that best answers the given prompt.\n\nRespond in the format {\"name\": function name, "
+        "\"parameters\": "
+        "dictionary of argument name and its value}.Do not use variables.\n\n";
     for (const Tool& t : tools) out += t.to_json().dump(4) + "\n\n";
     out += std::string(detail::strip(messages[first].content)) + "<|eot_id|>";
     first++;
@@ -76,10 +84,11 @@ std::string Llama3Renderer::render(const std::vector<Message>& messages, const s
     if (m.role == "tool") {
       out += header("ipython") + m.content + "<|eot_id|>";
     } else if (!m.tool_calls.empty()) {
-      if (m.tool_calls.size() != 1) throw InvalidInput("the Llama 3 chat format supports one tool call per message");
+      if (m.tool_calls.size() != 1)
+        throw InvalidInput("the Llama 3 chat format supports one tool call per message");
       const ToolCall& c = m.tool_calls[0];
-      out += header("assistant") + "{\"name\": \"" + c.name + "\", \"parameters\": " +
-             detail::python_json(c.arguments) + "}<|eot_id|>";
+      out += header("assistant") + "{\"name\": \"" + c.name +
+             "\", \"parameters\": " + detail::python_json(c.arguments) + "}<|eot_id|>";
     } else {
       const std::string role = m.role == "developer" ? "system" : m.role;
       out += header(role) + std::string(detail::strip(m.content)) + "<|eot_id|>";
@@ -95,8 +104,8 @@ ParsedChunk Llama3Parser::feed(std::string_view chunk) {
   ParsedChunk out;
   buf_ += chunk;
   if (state_ == State::Start) {
-    // A tool call is the whole answer: it starts with "{" or <|python_tag|> (after whitespace). Only then is the
-    // output held back until it ends.
+    // A tool call is the whole answer: it starts with "{" or <|python_tag|> (after whitespace). Only then is
+    // the output held back until it ends.
     std::string_view rest = detail::lstrip(buf_);
     if (rest.empty()) return out;
     if (tools_ && (rest.starts_with("{") || rest.starts_with(kPythonTag))) {

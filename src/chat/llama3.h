@@ -1,8 +1,9 @@
 #pragma once
-// Llama 3.1+ chat format: the header renderer (the official Llama 3.1 template, tools in the first user message)
-// and the output parser for its JSON tool calls.
+// Llama 3.1+ chat format: the header renderer (the official Llama 3.1 template, tools in the first user
+// message) and the output parser for its JSON tool calls.
 //
-// Prompt: <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n[Environment: ipython\n]Cutting Knowledge
+// Prompt: <|begin_of_text|><|start_header_id|>system<|end_header_id|>\n\n[Environment: ipython\n]Cutting
+// Knowledge
 //         Date: December 2023\nToday Date: 26 Jul 2024\n\n[system text]<|eot_id|><|start_header_id|>user
 //         <|end_header_id|>\n\n[tool instructions and JSON schemas\n\n]text<|eot_id|>
 //         <|start_header_id|>assistant<|end_header_id|>\n\n{"name": ..., "parameters": {...}}<|eot_id|>

@@ -24,7 +24,8 @@ std::string strip_newlines(std::string_view s, bool left, bool right) {
 }
 
 bool is_tool_response(const Message& m) {
-  return m.role == "user" && m.content.starts_with("<tool_response>") && m.content.ends_with("</tool_response>");
+  return m.role == "user" && m.content.starts_with("<tool_response>") &&
+         m.content.ends_with("</tool_response>");
 }
 
 }  // namespace
@@ -38,12 +39,15 @@ std::string Qwen3Renderer::render(const std::vector<Message>& messages, const st
   if (!tools.empty()) {
     out += "<|im_start|>system\n";
     if (first_system) out += messages[0].content + "\n\n";
-    out += "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided with "
-           "function signatures within <tools></tools> XML tags:\n<tools>";
+    out +=
+        "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
+        "with "
+        "function signatures within <tools></tools> XML tags:\n<tools>";
     for (const Tool& t : tools) out += "\n" + detail::python_json(t.to_json());
-    out += "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
-           "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
-           "<args-json-object>}\n</tool_call><|im_end|>\n";
+    out +=
+        "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
+        "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "
+        "<args-json-object>}\n</tool_call><|im_end|>\n";
   } else if (first_system) {
     out += "<|im_start|>system\n" + messages[0].content + "<|im_end|>\n";
   }
@@ -68,10 +72,10 @@ std::string Qwen3Renderer::render(const std::vector<Message>& messages, const st
         if (close != std::string::npos) {
           std::string before = strip_newlines(std::string_view(content).substr(0, close), false, true);
           size_t open = before.rfind(kThinkOpen);
-          reasoning = strip_newlines(open == std::string::npos ? before : before.substr(open + kThinkOpen.size()),
-                                     true, false);
-          content = strip_newlines(std::string_view(content).substr(content.rfind(kThinkClose) + kThinkClose.size()),
-                                   true, false);
+          reasoning = strip_newlines(
+              open == std::string::npos ? before : before.substr(open + kThinkOpen.size()), true, false);
+          content = strip_newlines(
+              std::string_view(content).substr(content.rfind(kThinkClose) + kThinkClose.size()), true, false);
         }
       }
       const bool last = i + 1 == messages.size();

@@ -14,13 +14,20 @@ namespace vatic {
 
 inline const char* type_name(const json& v) {
   switch (v.type()) {
-    case json::value_t::null: return "null";
-    case json::value_t::boolean: return "a boolean";
-    case json::value_t::string: return "a string";
-    case json::value_t::array: return "a list";
-    case json::value_t::object: return "an object";
-    case json::value_t::number_float: return "a number";
-    default: return "an integer";
+    case json::value_t::null:
+      return "null";
+    case json::value_t::boolean:
+      return "a boolean";
+    case json::value_t::string:
+      return "a string";
+    case json::value_t::array:
+      return "a list";
+    case json::value_t::object:
+      return "an object";
+    case json::value_t::number_float:
+      return "a number";
+    default:
+      return "an integer";
   }
 }
 

@@ -29,7 +29,8 @@ Rope parse_rope(const Fields& f, const json* params, const std::string& where, d
       p.error("high_freq_factor", "must be larger than low_freq_factor");
     return r;
   }
-  p.error("rope_type", fmt::format("unsupported RoPE type \"{}\" (supported: default, linear, llama3)", r.type));
+  p.error("rope_type",
+          fmt::format("unsupported RoPE type \"{}\" (supported: default, linear, llama3)", r.type));
 }
 
 Tensor rope_inv_freq(const Rope& rope, int head_dim, Device device) {
@@ -43,7 +44,8 @@ Tensor rope_inv_freq(const Rope& rope, int head_dim, Device device) {
     for (float& x : f) x /= static_cast<float>(rope.factor);
   } else if (rope.type == "llama3") {
     const float factor = static_cast<float>(rope.factor), lo = static_cast<float>(rope.low_freq_factor),
-                hi = static_cast<float>(rope.high_freq_factor), old = static_cast<float>(rope.original_max_position);
+                hi = static_cast<float>(rope.high_freq_factor),
+                old = static_cast<float>(rope.original_max_position);
     const float low_wavelen = old / lo, high_wavelen = old / hi;
     const float pi = 3.14159265358979323846f;
     for (float& x : f) {
@@ -166,8 +168,8 @@ void expect_softmax_moe(const std::string& p, int64_t E, int64_t I, int64_t H,
   }
 }
 
-SoftmaxMoe load_softmax_moe(const TensorStore& ts, const std::string& p, int64_t E, int64_t I, int64_t H, int top_k,
-                            bool renormalize) {
+SoftmaxMoe load_softmax_moe(const TensorStore& ts, const std::string& p, int64_t E, int64_t I, int64_t H,
+                            int top_k, bool renormalize) {
   SoftmaxMoe m;
   m.router = load_linear(ts, p + "gate", E, H);
   m.top_k = top_k;
@@ -176,13 +178,15 @@ SoftmaxMoe load_softmax_moe(const TensorStore& ts, const std::string& p, int64_t
   const std::string x = p + "experts.";
   if (ts.has(x + "gate_up_proj") || ts.has(x + "gate_up_proj.weight")) {
     const std::string s = ts.has(x + "gate_up_proj") ? "" : ".weight";
-    Linear gu = load_stacked(ts, x + "gate_up_proj" + s, E, 2 * I, H), dn = load_stacked(ts, x + "down_proj" + s, E, H, I);
+    Linear gu = load_stacked(ts, x + "gate_up_proj" + s, E, 2 * I, H),
+           dn = load_stacked(ts, x + "down_proj" + s, E, H, I);
     for (int64_t e = 0; e < E; e++) {
       Linear g = gu.select(e);
       m.experts[e] = {g.rows(0, I), g.rows(I, 2 * I), dn.select(e)};
     }
   } else if (ts.has(x + "gate_proj.weight")) {
-    Linear g = load_stacked(ts, x + "gate_proj.weight", E, I, H), u = load_stacked(ts, x + "up_proj.weight", E, I, H),
+    Linear g = load_stacked(ts, x + "gate_proj.weight", E, I, H),
+           u = load_stacked(ts, x + "up_proj.weight", E, I, H),
            d = load_stacked(ts, x + "down_proj.weight", E, H, I);
     for (int64_t e = 0; e < E; e++) m.experts[e] = {g.select(e), u.select(e), d.select(e)};
   } else {
@@ -209,7 +213,8 @@ Tensor softmax_moe(const SoftmaxMoe& m, Unary act, const Tensor& x) {
     float sum = 0;
     for (int j = 0; j < K; j++) sum += w[t * K + j];
     const float norm = m.renormalize ? 1.0f / sum : 1.0f;
-    for (int j = 0; j < K; j++) by_expert.at(static_cast<size_t>(idx[t * K + j])).push_back({t, w[t * K + j] * norm});
+    for (int j = 0; j < K; j++)
+      by_expert.at(static_cast<size_t>(idx[t * K + j])).push_back({t, w[t * K + j] * norm});
   }
   Tensor out = ops::zeros({T, H}, x.device());
   for (int e = 0; e < E; e++) {
@@ -219,11 +224,13 @@ Tensor softmax_moe(const SoftmaxMoe& m, Unary act, const Tensor& x) {
     Tensor xe = x;
     if (n != T) {
       xe = ops::zeros({n, H}, x.device());
-      for (int64_t j = 0; j < n; j++) ops::copy_into(x.slice(0, rows[j].first, rows[j].first + 1), xe.slice(0, j, j + 1));
+      for (int64_t j = 0; j < n; j++)
+        ops::copy_into(x.slice(0, rows[j].first, rows[j].first + 1), xe.slice(0, j, j + 1));
     }
     Tensor y = gated_mlp(m.experts[e], act, xe);
     for (int64_t j = 0; j < n; j++)
-      ops::add_inplace(out.slice(0, rows[j].first, rows[j].first + 1), ops::scale(y.slice(0, j, j + 1), rows[j].second));
+      ops::add_inplace(out.slice(0, rows[j].first, rows[j].first + 1),
+                       ops::scale(y.slice(0, j, j + 1), rows[j].second));
   }
   return out;
 }

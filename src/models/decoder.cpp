@@ -28,7 +28,8 @@ ConfigSummary DecoderSpec::summary() const {
   return s;
 }
 
-std::vector<ExpectedTensor> DecoderSpec::expected_tensors(const std::function<bool(const std::string&)>& has) const {
+std::vector<ExpectedTensor> DecoderSpec::expected_tensors(
+    const std::function<bool(const std::string&)>& has) const {
   std::vector<ExpectedTensor> e;
   const int64_t H = hidden_size;
   e.push_back({prefix + "embed_tokens.weight", {vocab_size, H}});
@@ -77,11 +78,12 @@ DecoderModel::DecoderModel(DecoderSpec spec, std::shared_ptr<const TensorStore> 
     }
     l.shape = spec_.attn;
     l.shape.window = ls.sliding ? spec_.sliding_window : 0;
-    l.attn = blocks::load_attention(ts, p + "self_attn.", l.shape,
-                                    blocks::rope_inv_freq(ls.rope, static_cast<int>(spec_.attn.head_dim), dev));
+    l.attn =
+        blocks::load_attention(ts, p + "self_attn.", l.shape,
+                               blocks::rope_inv_freq(ls.rope, static_cast<int>(spec_.attn.head_dim), dev));
     if (ls.moe)
-      l.moe = blocks::load_softmax_moe(ts, p + "mlp.", spec_.num_experts, spec_.moe_intermediate_size, H, spec_.top_k,
-                                       spec_.norm_topk_prob);
+      l.moe = blocks::load_softmax_moe(ts, p + "mlp.", spec_.num_experts, spec_.moe_intermediate_size, H,
+                                       spec_.top_k, spec_.norm_topk_prob);
     else
       l.mlp = blocks::load_mlp(ts, p + "mlp.", spec_.intermediate_size, H);
   }
@@ -135,7 +137,8 @@ ForwardResult DecoderModel::forward(SequenceState& state, const std::vector<int3
   std::iota(pos.begin(), pos.end(), static_cast<int32_t>(st.length()));
   Tensor positions = ops::ids(pos, dev);
 
-  Tensor x = ops::embedding(embed_tokens_, ops::ids(tokens, dev), spec_.embed_scale > 0 ? spec_.embed_scale : 1.0f);
+  Tensor x =
+      ops::embedding(embed_tokens_, ops::ids(tokens, dev), spec_.embed_scale > 0 ? spec_.embed_scale : 1.0f);
   for (int i = 0; i < spec_.num_layers; i++) {
     const auto& l = layers_[i];
     Tensor a = blocks::attention(l.attn, l.shape, ops::rms_norm(x, l.input_ln, eps), positions, st.cache(i));
@@ -156,7 +159,8 @@ ForwardResult DecoderModel::forward(SequenceState& state, const std::vector<int3
   ForwardResult r;
   if (all_hidden) r.hidden = ops::rms_norm(x, final_norm_, eps);
   if (n_out == 0) return r;
-  Tensor h = all_hidden ? r.hidden.slice(0, T - n_out, T) : ops::rms_norm(x.slice(0, T - n_out, T), final_norm_, eps);
+  Tensor h = all_hidden ? r.hidden.slice(0, T - n_out, T)
+                        : ops::rms_norm(x.slice(0, T - n_out, T), final_norm_, eps);
   if (!all_hidden) r.hidden = h;
   r.logits = ops::matmul(h, lm_head_);
   if (spec_.final_logit_softcap && *spec_.final_logit_softcap > 0)
@@ -164,7 +168,8 @@ ForwardResult DecoderModel::forward(SequenceState& state, const std::vector<int3
   return r;
 }
 
-QuantPolicyContext DecoderFamily::quant_context(const json& config, const std::string& source, bool is_draft) const {
+QuantPolicyContext DecoderFamily::quant_context(const json& config, const std::string& source,
+                                                bool is_draft) const {
   DecoderSpec s = spec(config, source);
   QuantPolicyContext c;
   c.num_layers = s.num_layers;

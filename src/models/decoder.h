@@ -1,7 +1,8 @@
 #pragma once
 // The decoder skeleton the Llama-like families share: token embedding (optionally scaled), a stack of
-// attention + feed-forward blocks (pre-norm, or Gemma's sandwich norms), a final norm and the LM head. Each family
-// turns its config into a DecoderSpec (models/<family>/) and this class runs it with the shared blocks.
+// attention + feed-forward blocks (pre-norm, or Gemma's sandwich norms), a final norm and the LM head. Each
+// family turns its config into a DecoderSpec (models/<family>/) and this class runs it with the shared
+// blocks.
 #include <memory>
 #include <optional>
 #include <string>
@@ -22,19 +23,19 @@ struct DecoderLayerSpec {
 
 struct DecoderSpec {
   std::string architecture;
-  std::string source;                  // config file, for messages
-  std::string prefix = "model.";       // "model.language_model." for multimodal wrappers
+  std::string source;             // config file, for messages
+  std::string prefix = "model.";  // "model.language_model." for multimodal wrappers
   int64_t vocab_size = 0, hidden_size = 0;
   int num_layers = 0;
-  blocks::AttentionShape attn;          // window unused here (per layer from `sliding`)
-  int64_t intermediate_size = 0;        // dense MLP
+  blocks::AttentionShape attn;    // window unused here (per layer from `sliding`)
+  int64_t intermediate_size = 0;  // dense MLP
   int num_experts = 0, top_k = 0;
   int64_t moe_intermediate_size = 0;
   bool norm_topk_prob = true;
   Unary activation = Unary::Silu;
-  bool sandwich_norms = false;          // Gemma: post-attention and pre/post-feed-forward norms
-  bool norm_plus_one = false;           // Gemma: every RMSNorm applies 1 + w
-  float embed_scale = 0;                // > 0: embeddings are multiplied by it (Gemma: sqrt(hidden) in bf16)
+  bool sandwich_norms = false;  // Gemma: post-attention and pre/post-feed-forward norms
+  bool norm_plus_one = false;   // Gemma: every RMSNorm applies 1 + w
+  float embed_scale = 0;        // > 0: embeddings are multiplied by it (Gemma: sqrt(hidden) in bf16)
   int sliding_window = 0;
   std::optional<float> final_logit_softcap;
   bool tie_word_embeddings = true;
@@ -86,11 +87,13 @@ class DecoderFamily : public ModelFamily {
   ConfigSummary summary(const json& config, const std::string& source) const override {
     return spec(config, source).summary();
   }
-  std::vector<ExpectedTensor> expected_tensors(const json& config, const std::string& source,
-                                               const std::function<bool(const std::string&)>& has) const override {
+  std::vector<ExpectedTensor> expected_tensors(
+      const json& config, const std::string& source,
+      const std::function<bool(const std::string&)>& has) const override {
     return spec(config, source).expected_tensors(has);
   }
-  QuantPolicyContext quant_context(const json& config, const std::string& source, bool is_draft) const override;
+  QuantPolicyContext quant_context(const json& config, const std::string& source,
+                                   bool is_draft) const override;
   std::unique_ptr<LanguageModel> load(const json& config, const ModelSource& source) const override;
 };
 

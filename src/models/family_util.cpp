@@ -16,8 +16,8 @@ DecoderSpec common_decoder_spec(const Fields& f, const std::string& architecture
   s.attn.heads = f.positive_int("num_attention_heads");
   s.attn.kv_heads = f.positive_int("num_key_value_heads", static_cast<int>(s.attn.heads));
   if (s.attn.heads % s.attn.kv_heads != 0)
-    f.error("num_key_value_heads", fmt::format("{} does not divide num_attention_heads {}", s.attn.kv_heads,
-                                               s.attn.heads));
+    f.error("num_key_value_heads",
+            fmt::format("{} does not divide num_attention_heads {}", s.attn.kv_heads, s.attn.heads));
   if (!f.has("head_dim") && s.hidden_size % s.attn.heads != 0)
     f.error("num_attention_heads", "does not divide hidden_size (and there is no head_dim)");
   s.attn.head_dim = f.positive_int("head_dim", static_cast<int>(s.hidden_size / s.attn.heads));
@@ -31,7 +31,8 @@ DecoderSpec common_decoder_spec(const Fields& f, const std::string& architecture
   for (auto e : f.int_list("eos_token_id")) s.eos_ids.push_back(static_cast<int32_t>(e));
   if (auto b = f.opt_i64("bos_token_id")) s.bos_id = static_cast<int32_t>(*b);
   for (int32_t e : s.eos_ids)
-    if (e >= s.vocab_size) f.error("eos_token_id", fmt::format("{} is outside the vocabulary of {}", e, s.vocab_size));
+    if (e >= s.vocab_size)
+      f.error("eos_token_id", fmt::format("{} is outside the vocabulary of {}", e, s.vocab_size));
   s.layers.resize(static_cast<size_t>(s.num_layers));
   return s;
 }

@@ -14,7 +14,9 @@ constexpr size_t kCatchUpChunk = 512;
 ModelDrafter::ModelDrafter(std::unique_ptr<LanguageModel> model)
     : model_(std::move(model)), state_(model_->new_state()) {}
 
-std::string ModelDrafter::name() const { return model_->info().architecture + " draft model"; }
+std::string ModelDrafter::name() const {
+  return model_->info().architecture + " draft model";
+}
 
 void ModelDrafter::rewind(int64_t n) {
   n = std::max<int64_t>(0, n - missing_);
@@ -25,8 +27,8 @@ void ModelDrafter::rewind(int64_t n) {
 void ModelDrafter::observe(const std::vector<int32_t>& tokens, const Tensor&, int64_t start) {
   int64_t at = start - missing_;
   if (at > static_cast<int64_t>(committed_.size())) {
-    // The target continued from tokens the drafter never saw (a restored prefix): draft from what it has. Drafts
-    // only change the acceptance rate, never the output.
+    // The target continued from tokens the drafter never saw (a restored prefix): draft from what it has.
+    // Drafts only change the acceptance rate, never the output.
     missing_ += at - static_cast<int64_t>(committed_.size());
     at = static_cast<int64_t>(committed_.size());
   }
@@ -56,7 +58,8 @@ std::vector<Tensor> ModelDrafter::draft(SequenceState&, int32_t last_token, cons
   ForwardResult r;
   for (size_t s = keep; s < want.size(); s += kCatchUpChunk) {
     const size_t e = std::min(want.size(), s + kCatchUpChunk);
-    std::vector<int32_t> part(want.begin() + static_cast<std::ptrdiff_t>(s), want.begin() + static_cast<std::ptrdiff_t>(e));
+    std::vector<int32_t> part(want.begin() + static_cast<std::ptrdiff_t>(s),
+                              want.begin() + static_cast<std::ptrdiff_t>(e));
     r = model_->forward(*state_, part, e == want.size() ? 1 : 0);
     ran_.insert(ran_.end(), part.begin(), part.end());
   }

@@ -1,6 +1,6 @@
 // Speculative decoding with a draft model of the target's tokenizer (its own KV cache, following the target
-// through observe/rewind): greedy output equals plain greedy at every depth, a target drafting for itself has every
-// draft accepted, and sampled output keeps the target's distribution.
+// through observe/rewind): greedy output equals plain greedy at every depth, a target drafting for itself has
+// every draft accepted, and sampled output keeps the target's distribution.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -18,7 +18,9 @@ namespace {
 
 using namespace vatic::testing;
 
-std::filesystem::path family_dir(const std::string& n) { return fixtures() / "families" / n; }
+std::filesystem::path family_dir(const std::string& n) {
+  return fixtures() / "families" / n;
+}
 const json& family_index() {
   static json j = json::parse(read_file(fixtures() / "families" / "index.json"));
   return j;
@@ -56,7 +58,8 @@ TEST_P(DraftModelGreedy, EqualsPlainGreedyAtEveryDepth) {
 
 INSTANTIATE_TEST_SUITE_P(Families, DraftModelGreedy,
                          ::testing::Values(Pair{"llama3-tiny", "llama-untied-bias-tiny"},
-                                           Pair{"qwen3-moe-tiny", "qwen3-tiny"}, Pair{"qwen3-tiny", "qwen3-moe-tiny"}),
+                                           Pair{"qwen3-moe-tiny", "qwen3-tiny"},
+                                           Pair{"qwen3-tiny", "qwen3-moe-tiny"}),
                          [](const auto& info) {
                            std::string n = std::string(info.param.target) + "_by_" + info.param.draft;
                            for (char& ch : n)
@@ -65,11 +68,12 @@ INSTANTIATE_TEST_SUITE_P(Families, DraftModelGreedy,
                          });
 
 TEST(DraftModel, ATargetDraftingForItselfHasEveryDraftAccepted) {
-  // The same checkpoint as drafter: if its cache follows the target exactly (positions, rewinds after rejected
-  // rounds, catching up after plain steps), its greedy drafts are the target's greedy tokens.
+  // The same checkpoint as drafter: if its cache follows the target exactly (positions, rewinds after
+  // rejected rounds, catching up after plain steps), its greedy drafts are the target's greedy tokens.
   auto lm = load("gemma3-tiny");
   auto drafter = drafter_for(*lm, "gemma3-tiny");
-  auto prompt = ints(family_index()["models"]["gemma3-tiny"]["cases"][2]["prompt"]);  // longer than the window
+  auto prompt =
+      ints(family_index()["models"]["gemma3-tiny"]["cases"][2]["prompt"]);  // longer than the window
   auto plain = decode(*lm, nullptr, prompt, 30, 0);
   for (int depth : {1, 3, 6}) {
     GenerateStats s;
@@ -97,8 +101,8 @@ TEST(DraftModel, FollowsTheTargetAcrossRequestsThatReuseAPrefix) {
     o.ignore_eos = true;
     auto st = lm->new_state();
     std::vector<int32_t> live;  // what the state holds
-    // As the engine does: keep the longest prefix shared with the new prompt (20 tokens between p1 and p2); the
-    // generator rewinds the drafter with the target.
+    // As the engine does: keep the longest prefix shared with the new prompt (20 tokens between p1 and p2);
+    // the generator rewinds the drafter with the target.
     for (const auto* p : {&p1, &p2, &p1}) {
       size_t lcp = 0;
       while (lcp < live.size() && lcp < p->size() && live[lcp] == (*p)[lcp]) lcp++;
@@ -122,7 +126,8 @@ TEST(DraftModel, FollowsTheTargetAcrossRequestsThatReuseAPrefix) {
 TEST(DraftModel, VocabularyMismatchIsRefused) {
   auto lm = load("llama3-tiny");
   auto src = ModelSource::from_directory(fixtures() / "models" / "gemma4-dense-tiny");
-  // Same vocabulary size (512) loads: the store is where tokenizers are compared. A different size never does.
+  // Same vocabulary size (512) loads: the store is where tokenizers are compared. A different size never
+  // does.
   auto tmp = std::filesystem::temp_directory_path() / ("vatic-draft-vocab-" + std::to_string(::getpid()));
   std::filesystem::remove_all(tmp);
   std::filesystem::create_directories(tmp);
@@ -206,7 +211,8 @@ TEST(DraftModelSampling, OutputFollowsTheTargetDistribution) {
   }
   ASSERT_GT(bins, 3);
   const double p = chi_square_p(chi, bins - 1);
-  EXPECT_GT(p, 0.001) << "chi-square " << chi << " over " << bins << " bins; accepted " << accepted << "/" << rounds;
+  EXPECT_GT(p, 0.001) << "chi-square " << chi << " over " << bins << " bins; accepted " << accepted << "/"
+                      << rounds;
 }
 
 }  // namespace

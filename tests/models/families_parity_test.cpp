@@ -1,16 +1,17 @@
-// The Llama, Qwen3, Qwen3-MoE and Gemma 3 families against transformers (tests/fixtures/families): prompt logits,
-// per-step decode logits, greedy tokens; chunked prefill and rewind; what the registry says about each.
+// The Llama, Qwen3, Qwen3-MoE and Gemma 3 families against transformers (tests/fixtures/families): prompt
+// logits, per-step decode logits, greedy tokens; chunked prefill and rewind; what the registry says about
+// each.
 #include <gtest/gtest.h>
 
 #include <cstdio>
 
+#include "chat/parser.h"
+#include "chat/renderer.h"
 #include "formats/model_source.h"
 #include "models/decoder.h"
 #include "models/fixture_util.h"
 #include "models/loader.h"
 #include "models/registry.h"
-#include "chat/parser.h"
-#include "chat/renderer.h"
 #include "sample/sampler.h"
 
 namespace vatic {
@@ -19,7 +20,9 @@ namespace {
 namespace fs = std::filesystem;
 using namespace vatic::testing;
 
-fs::path family_dir(const std::string& name) { return fixtures() / "families" / name; }
+fs::path family_dir(const std::string& name) {
+  return fixtures() / "families" / name;
+}
 const json& family_index() {
   static json j = json::parse(read_file(fixtures() / "families" / "index.json"));
   return j;
@@ -27,7 +30,8 @@ const json& family_index() {
 std::unique_ptr<LanguageModel> load(const std::string& name) {
   return load_language_model(ModelSource::from_directory(family_dir(name)));
 }
-std::vector<float> logits_of(LanguageModel& lm, SequenceState& st, const std::vector<int32_t>& toks, int64_t n_out) {
+std::vector<float> logits_of(LanguageModel& lm, SequenceState& st, const std::vector<int32_t>& toks,
+                             int64_t n_out) {
   return ops::to_vector(lm.forward(st, toks, n_out).logits);
 }
 double max_rel(const std::vector<float>& a, const std::vector<float>& b, int64_t V) {
@@ -97,7 +101,8 @@ TEST_P(FamilyParity, ChunkedPrefillAndRewindEqualOnePass) {
   std::vector<float> one = ops::to_vector(gen.prefill_logits(*s1, prompt, 0));
   for (int64_t chunk : {1, 5, 16}) {
     auto s2 = lm->new_state();
-    EXPECT_LT(max_rel(ops::to_vector(gen.prefill_logits(*s2, prompt, chunk)), one, V), 1e-5) << "chunk " << chunk;
+    EXPECT_LT(max_rel(ops::to_vector(gen.prefill_logits(*s2, prompt, chunk)), one, V), 1e-5)
+        << "chunk " << chunk;
   }
   // Rewind into the sequence, run something else, rewind again and replay: equal to a fresh pass.
   std::vector<int32_t> seq = prompt;
@@ -116,8 +121,8 @@ TEST_P(FamilyParity, ChunkedPrefillAndRewindEqualOnePass) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, FamilyParity,
-                         ::testing::Values("llama3-tiny", "llama-untied-bias-tiny", "qwen3-tiny", "qwen3-moe-tiny",
-                                           "gemma3-tiny"),
+                         ::testing::Values("llama3-tiny", "llama-untied-bias-tiny", "qwen3-tiny",
+                                           "qwen3-moe-tiny", "gemma3-tiny"),
                          [](const auto& info) {
                            std::string n = info.param;
                            for (char& ch : n)
@@ -127,8 +132,8 @@ INSTANTIATE_TEST_SUITE_P(Fixtures, FamilyParity,
 
 TEST(FamilyRegistry, KnowsEveryArchitectureAndOnlyThose) {
   for (const char* a : {"LlamaForCausalLM", "Qwen3ForCausalLM", "Qwen3MoeForCausalLM", "Gemma3ForCausalLM",
-                        "Gemma3ForConditionalGeneration", "Gemma4ForConditionalGeneration", "Gemma4ForCausalLM",
-                        "Gemma4AssistantForCausalLM", "Glm4MoeLiteForCausalLM"})
+                        "Gemma3ForConditionalGeneration", "Gemma4ForConditionalGeneration",
+                        "Gemma4ForCausalLM", "Gemma4AssistantForCausalLM", "Glm4MoeLiteForCausalLM"})
     EXPECT_NE(find_family(a), nullptr) << a;
   EXPECT_EQ(find_family("MistralForCausalLM"), nullptr);
   try {
@@ -184,16 +189,19 @@ TEST(FamilyRegistry, Gemma3SlidingPatternAndRopeFromOlderConfigs) {
 }
 
 TEST(FamilyRegistry, Gemma3MultimodalWrapperLoadsTheTextPart) {
-  // Gemma3ForConditionalGeneration as released: text fields under text_config (defaults left out), tensors under
-  // language_model.model.*, a vision tower beside them.
+  // Gemma3ForConditionalGeneration as released: text fields under text_config (defaults left out), tensors
+  // under language_model.model.*, a vision tower beside them.
   namespace fs = std::filesystem;
   fs::path dir = fs::temp_directory_path() / ("vatic-gemma3-mm-" + std::to_string(::getpid()));
   fs::remove_all(dir);
   fs::create_directories(dir);
   json text = json::parse(read_file(family_dir("gemma3-tiny") / "config.json"));
   text.erase("architectures");
-  json top = {{"architectures", {"Gemma3ForConditionalGeneration"}}, {"model_type", "gemma3"},
-              {"text_config", text}, {"eos_token_id", {1, 106}}, {"vision_config", {{"hidden_size", 8}}}};
+  json top = {{"architectures", {"Gemma3ForConditionalGeneration"}},
+              {"model_type", "gemma3"},
+              {"text_config", text},
+              {"eos_token_id", {1, 106}},
+              {"vision_config", {{"hidden_size", 8}}}};
   write_file_atomic(dir / "config.json", top.dump());
   fs::copy_file(family_dir("gemma3-tiny") / "tokenizer.json", dir / "tokenizer.json");
   std::vector<NamedTensor> ts;
@@ -236,7 +244,8 @@ TEST(FamilyRegistry, ChatDefaultsNameFormatsThatExist) {
     }
   }
   // Gemma 4: the per-layer-embedding models (E2B/E4B) take the small template, the others the large one.
-  json e2b = {{"architectures", {"Gemma4ForConditionalGeneration"}}, {"text_config", {{"hidden_size_per_layer_input", 256}}}};
+  json e2b = {{"architectures", {"Gemma4ForConditionalGeneration"}},
+              {"text_config", {{"hidden_size_per_layer_input", 256}}}};
   EXPECT_EQ(gemma4_family().chat_defaults(e2b).renderer, "gemma4-small");
   json big = {{"architectures", {"Gemma4ForCausalLM"}}, {"hidden_size", 5376}};
   EXPECT_EQ(gemma4_family().chat_defaults(big).renderer, "gemma4-large");

@@ -1,5 +1,6 @@
 // The Llama, Qwen3-MoE and Gemma 3 fixtures served by a live `vatic serve`: show reports their chat formats,
-// chat requests render and answer, and speculative decoding with a draft model is exact under greedy sampling.
+// chat requests render and answer, and speculative decoding with a draft model is exact under greedy
+// sampling.
 #include "server/harness.h"
 
 namespace vatic::test {
@@ -26,8 +27,9 @@ TEST_F(FamiliesApi, ShowAndChat) {
     const char* arch;
     const char* renderer;
   };
-  for (const Case& c : {Case{"llama", "LlamaForCausalLM", "llama3"}, Case{"qwen-moe", "Qwen3MoeForCausalLM", "qwen3"},
-                        Case{"gemma3", "Gemma3ForCausalLM", "gemma3"}}) {
+  for (const Case& c :
+       {Case{"llama", "LlamaForCausalLM", "llama3"}, Case{"qwen-moe", "Qwen3MoeForCausalLM", "qwen3"},
+        Case{"gemma3", "Gemma3ForCausalLM", "gemma3"}}) {
     SCOPED_TRACE(c.model);
     auto show = post("/api/show", {{"model", c.model}});
     ASSERT_TRUE(show);
@@ -48,12 +50,12 @@ TEST_F(FamiliesApi, ShowAndChat) {
     EXPECT_GT(a["prompt_eval_count"].get<int64_t>(), 5) << a;
   }
   // Gemma 3 has no tool format: a request with tools is refused with a clear message.
-  json tools = json::array({{{"type", "function"},
-                             {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}});
+  json tools = json::array(
+      {{{"type", "function"}, {"function", {{"name", "f"}, {"parameters", {{"type", "object"}}}}}}});
   auto bad = post("/api/chat", {{"model", "gemma3"},
-                                 {"messages", json::array({{{"role", "user"}, {"content", "x"}}})},
-                                 {"tools", tools},
-                                 {"stream", false}});
+                                {"messages", json::array({{{"role", "user"}, {"content", "x"}}})},
+                                {"tools", tools},
+                                {"stream", false}});
   ASSERT_TRUE(bad);
   EXPECT_EQ(bad->status, 400) << bad->body;
   EXPECT_NE(bad->body.find("tool"), std::string::npos) << bad->body;

@@ -1,6 +1,6 @@
 // Gemma3ForCausalLM, and the text part of Gemma3ForConditionalGeneration: sliding and full layers (5:1 in the
-// released models) with a RoPE per layer type, q/k norm, query_pre_attn_scalar, sandwich norms with 1 + w weights,
-// scaled embeddings, GELU-tanh MLP. Chat: Gemma's <start_of_turn> turns.
+// released models) with a RoPE per layer type, q/k norm, query_pre_attn_scalar, sandwich norms with 1 + w
+// weights, scaled embeddings, GELU-tanh MLP. Chat: Gemma's <start_of_turn> turns.
 #include <cmath>
 
 #include "models/decoder.h"
@@ -20,7 +20,8 @@ class Gemma3Family final : public DecoderFamily {
   std::vector<std::string> model_types() const override { return {"gemma3_text", "gemma3"}; }
 
   DecoderSpec spec(const json& config, const std::string& source) const override {
-    const bool multimodal = config.is_object() && config.contains("text_config") && config["text_config"].is_object();
+    const bool multimodal =
+        config.is_object() && config.contains("text_config") && config["text_config"].is_object();
     Fields top(config, source);
     // The released multimodal configs give only what differs from transformers' Gemma3TextConfig defaults.
     json text = multimodal ? config["text_config"] : config;
@@ -53,8 +54,8 @@ class Gemma3Family final : public DecoderFamily {
     s.norm_plus_one = true;
     s.sandwich_norms = true;
     s.activation = parse_activation(f, "hidden_activation", "gelu_pytorch_tanh");
-    s.attn.scale = static_cast<float>(1.0 / std::sqrt(f.positive_num("query_pre_attn_scalar",
-                                                                         static_cast<double>(s.attn.head_dim))));
+    s.attn.scale = static_cast<float>(
+        1.0 / std::sqrt(f.positive_num("query_pre_attn_scalar", static_cast<double>(s.attn.head_dim))));
     s.embed_scale = round_bf16(std::sqrt(static_cast<float>(s.hidden_size)));
     if (f.has("attn_logit_softcapping") && f.num("attn_logit_softcapping") != 0)
       f.error("attn_logit_softcapping", "attention logit softcapping is not supported");
@@ -74,8 +75,8 @@ class Gemma3Family final : public DecoderFamily {
         sliding[i] = t == "sliding_attention";
       }
     } else {
-      const int pattern = f.positive_int(f.has("sliding_window_pattern") ? "sliding_window_pattern"
-                                                                          : "_sliding_window_pattern", 6);
+      const int pattern = f.positive_int(
+          f.has("sliding_window_pattern") ? "sliding_window_pattern" : "_sliding_window_pattern", 6);
       for (int i = 0; i < s.num_layers; i++) sliding[i] = (i + 1) % pattern != 0;
     }
     // RoPE per layer type: transformers 5 nests them in rope_parameters; older configs give the full layers'
@@ -103,8 +104,9 @@ class Gemma3Family final : public DecoderFamily {
     if (has("language_model.model.embed_tokens.weight")) s.prefix = "language_model.model.";
   }
 
-  std::vector<ExpectedTensor> expected_tensors(const json& config, const std::string& source,
-                                               const std::function<bool(const std::string&)>& has) const override {
+  std::vector<ExpectedTensor> expected_tensors(
+      const json& config, const std::string& source,
+      const std::function<bool(const std::string&)>& has) const override {
     DecoderSpec s = spec(config, source);
     fix_prefix(s, has);
     return s.expected_tensors(has);

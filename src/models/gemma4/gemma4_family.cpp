@@ -1,5 +1,5 @@
-// Gemma 4 in the family registry: the targets (Gemma4ForConditionalGeneration's text part, Gemma4ForCausalLM) and
-// the assistant drafter (Gemma4AssistantForCausalLM), attached with DRAFT.
+// Gemma 4 in the family registry: the targets (Gemma4ForConditionalGeneration's text part, Gemma4ForCausalLM)
+// and the assistant drafter (Gemma4AssistantForCausalLM), attached with DRAFT.
 #include "formats/model_config.h"
 #include "models/gemma4/gemma4_assistant.h"
 #include "models/gemma4/gemma4_model.h"
@@ -47,7 +47,8 @@ void expect_layers(const Gemma4TextConfig& c, std::vector<ExpectedTensor>& e, bo
       e.push_back({p + "router.per_expert_scale", {E}});
       e.push_back({p + "experts.gate_up_proj", {E, 2 * I, H}});
       e.push_back({p + "experts.down_proj", {E, H, I}});
-      for (const char* n : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"})
+      for (const char* n :
+           {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"})
         e.push_back({p + n + ".weight", {H}});
     }
   }
@@ -59,12 +60,15 @@ class Gemma4Family final : public ModelFamily {
   std::vector<std::string> architectures() const override {
     return {"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4AssistantForCausalLM"};
   }
-  std::vector<std::string> model_types() const override { return {"gemma4", "gemma4_text", "gemma4_assistant"}; }
+  std::vector<std::string> model_types() const override {
+    return {"gemma4", "gemma4_text", "gemma4_assistant"};
+  }
   bool drafter_only(const json& config) const override { return is_assistant(config, "config.json"); }
 
   ConfigSummary summary(const json& config, const std::string& source) const override {
     const bool asst = is_assistant(config, source);
-    Gemma4TextConfig c = asst ? Gemma4AssistantConfig::parse(config, source).text : Gemma4TextConfig::parse(config, source);
+    Gemma4TextConfig c =
+        asst ? Gemma4AssistantConfig::parse(config, source).text : Gemma4TextConfig::parse(config, source);
     ConfigSummary s;
     s.context_length = c.max_position_embeddings;
     s.hidden_size = c.hidden_size;
@@ -74,12 +78,14 @@ class Gemma4Family final : public ModelFamily {
     // K and V (f32) of every KV-owning full-attention layer; sliding layers stop growing at the window.
     if (!asst)
       for (const auto& l : c.layers)
-        if (!l.kv_shared && !l.is_sliding) s.kv_bytes_per_token += 2 * int64_t{l.num_kv_heads} * l.head_dim * 4;
+        if (!l.kv_shared && !l.is_sliding)
+          s.kv_bytes_per_token += 2 * int64_t{l.num_kv_heads} * l.head_dim * 4;
     return s;
   }
 
-  std::vector<ExpectedTensor> expected_tensors(const json& config, const std::string& src,
-                                               const std::function<bool(const std::string&)>&) const override {
+  std::vector<ExpectedTensor> expected_tensors(
+      const json& config, const std::string& src,
+      const std::function<bool(const std::string&)>&) const override {
     std::vector<ExpectedTensor> e;
     if (is_assistant(config, src)) {
       Gemma4AssistantConfig a = Gemma4AssistantConfig::parse(config, src);
@@ -130,17 +136,19 @@ class Gemma4Family final : public ModelFamily {
 
   std::unique_ptr<LanguageModel> load(const json& config, const ModelSource& source) const override {
     if (is_assistant(config, source.config.string()))
-      throw InvalidInput(fmt::format("{} is a drafter (Gemma4AssistantForCausalLM); use it as DRAFT of its target",
-                                     source.name));
-    return std::make_unique<Gemma4Model>(Gemma4TextConfig::parse(config, source.config.string()), open_weights(source));
+      throw InvalidInput(fmt::format(
+          "{} is a drafter (Gemma4AssistantForCausalLM); use it as DRAFT of its target", source.name));
+    return std::make_unique<Gemma4Model>(Gemma4TextConfig::parse(config, source.config.string()),
+                                         open_weights(source));
   }
 
   void check_drafter_fit(const json& target_config, const std::string& target_label, const json& draft_config,
                          const std::string& draft_label) const override {
     if (!is_assistant(draft_config, draft_label)) return;
     if (&family_of(target_config, target_label) != this || is_assistant(target_config, target_label))
-      throw InvalidInput(fmt::format("{}: a Gemma 4 assistant drafts only for Gemma 4 models, not for {} ({})",
-                                     draft_label, config_architecture(target_config, target_label), target_label));
+      throw InvalidInput(
+          fmt::format("{}: a Gemma 4 assistant drafts only for Gemma 4 models, not for {} ({})", draft_label,
+                      config_architecture(target_config, target_label), target_label));
     Gemma4TextConfig t = Gemma4TextConfig::parse(target_config, target_label);
     Gemma4AssistantConfig a = Gemma4AssistantConfig::parse(draft_config, draft_label);
     std::vector<std::string> why;
@@ -167,8 +175,8 @@ class Gemma4Family final : public ModelFamily {
     if (!gemma)
       throw InvalidInput(fmt::format("{} (Gemma4AssistantForCausalLM) cannot draft for {} ({})", draft.name,
                                      target.info().architecture, target.info().architecture));
-    return std::make_unique<Gemma4Assistant>(*gemma, Gemma4AssistantConfig::parse(draft_config, draft.config.string()),
-                                             open_weights(draft));
+    return std::make_unique<Gemma4Assistant>(
+        *gemma, Gemma4AssistantConfig::parse(draft_config, draft.config.string()), open_weights(draft));
   }
 };
 

@@ -27,8 +27,9 @@ class Glm4MoeLiteFamily final : public ModelFamily {
     return s;
   }
 
-  std::vector<ExpectedTensor> expected_tensors(const json& config, const std::string& src,
-                                               const std::function<bool(const std::string&)>& has) const override {
+  std::vector<ExpectedTensor> expected_tensors(
+      const json& config, const std::string& src,
+      const std::function<bool(const std::string&)>& has) const override {
     Glm4MoeLiteConfig c = Glm4MoeLiteConfig::parse(config, src);
     std::vector<ExpectedTensor> e;
     const int64_t H = c.hidden_size, V = c.vocab_size, nh = c.num_attention_heads;
@@ -48,7 +49,8 @@ class Glm4MoeLiteFamily final : public ModelFamily {
       }
       e.push_back({p + "self_attn.kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, H}});
       e.push_back({p + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}});
-      e.push_back({p + "self_attn.kv_b_proj.weight", {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}});
+      e.push_back(
+          {p + "self_attn.kv_b_proj.weight", {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}});
       e.push_back({p + "self_attn.o_proj.weight", {H, nh * c.v_head_dim}});
       if (!c.is_moe(i)) {
         e.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, H}});
@@ -67,7 +69,8 @@ class Glm4MoeLiteFamily final : public ModelFamily {
           s.insert(s.begin(), E);
           e.push_back({stacked, s});
         } else {
-          for (int x = 0; x < E; ++x) e.push_back({p + "mlp.experts." + std::to_string(x) + "." + proj + ".weight", one});
+          for (int x = 0; x < E; ++x)
+            e.push_back({p + "mlp.experts." + std::to_string(x) + "." + proj + ".weight", one});
         }
       }
       if (c.n_shared_experts > 0) {
@@ -85,7 +88,9 @@ class Glm4MoeLiteFamily final : public ModelFamily {
   }
 
   ChatDefaults chat_defaults(const json&) const override { return {"glm-4.7", "glm-4.7", true, true}; }
-  std::vector<std::string> turn_end_tokens() const override { return {"<|user|>", "<|observation|>", "<|endoftext|>"}; }
+  std::vector<std::string> turn_end_tokens() const override {
+    return {"<|user|>", "<|observation|>", "<|endoftext|>"};
+  }
 
   std::unique_ptr<LanguageModel> load(const json& config, const ModelSource& source) const override {
     return load_glm4_moe_lite(config, source);

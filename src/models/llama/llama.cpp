@@ -1,5 +1,6 @@
 // LlamaForCausalLM (Llama 3.x, and the Mistral-style dense checkpoints that use the class): GQA, Llama 3 RoPE
-// scaling, tied or untied head, optional attention biases. Chat: the Llama 3.1+ header format with JSON tool calls.
+// scaling, tied or untied head, optional attention biases. Chat: the Llama 3.1+ header format with JSON tool
+// calls.
 #include <cmath>
 
 #include "models/decoder.h"
@@ -26,7 +27,9 @@ class LlamaFamily final : public DecoderFamily {
   }
 
   ChatDefaults chat_defaults(const json&) const override { return {"llama3", "llama3", true, false}; }
-  std::vector<std::string> turn_end_tokens() const override { return {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"}; }
+  std::vector<std::string> turn_end_tokens() const override {
+    return {"<|eot_id|>", "<|eom_id|>", "<|end_of_text|>"};
+  }
 };
 
 }  // namespace

@@ -1,8 +1,8 @@
 // Qwen3ForCausalLM: per-head q/k RMSNorm, head_dim independent of hidden / heads, tied or untied head.
 // Chat: ChatML with <think> and <tool_call>.
+#include "models/qwen3/qwen3.h"
 #include "models/decoder.h"
 #include "models/family_util.h"
-#include "models/qwen3/qwen3.h"
 
 namespace vatic {
 

@@ -1,5 +1,5 @@
-// Qwen3MoeForCausalLM: Qwen3 attention with softmax top-k routed experts (renormalised when norm_topk_prob), dense
-// layers where mlp_only_layers or decoder_sparse_step say so. Chat as Qwen3.
+// Qwen3MoeForCausalLM: Qwen3 attention with softmax top-k routed experts (renormalised when norm_topk_prob),
+// dense layers where mlp_only_layers or decoder_sparse_step say so. Chat as Qwen3.
 #include <algorithm>
 
 #include "models/decoder.h"

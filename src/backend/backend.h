@@ -103,6 +103,11 @@ class Backend {
   virtual void matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y) = 0;
   // out[t, :] = Σ_j weights[t, j] · rows[t·k + j, :] for rows [T·k, D], weights F32 [T, k].
   virtual void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) = 0;
+  // out[i, :] = table[ids[i], :] for an I32 table [R, C] (rows of token ids, e.g. the clusters of the Gemma 4
+  // assistant's centroid head); out I32 [n, C]. An id outside [0, R) is an error.
+  virtual void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
+  // out[index[i]] = values[i] for F32 values [n], I32 index [n] and a contiguous F32 out (indices distinct).
+  virtual void scatter(const Tensor& values, const Tensor& index, const Tensor& out) = 0;
   // Mixture-of-experts routing of router outputs a [T, E] into k experts per row: see RouteParams.
   virtual void route(const Tensor& a, const RouteParams& p, const Tensor& weights, const Tensor& experts) = 0;
 };

@@ -13,11 +13,9 @@ struct ChatFormat {
   bool operator==(const ChatFormat&) const = default;
 };
 
-// Gemma4ForConditionalGeneration / Gemma4ForCausalLM: "gemma4-small" for the per-layer-embedding models
-// (E2B/E4B: hidden_size_per_layer_input > 0, read from text_config when present), otherwise
-// "gemma4-large" (26B-A4B, 31B); parser "gemma4".
-// Glm4MoeLiteForCausalLM: renderer and parser "glm-4.7".
-// Throws InvalidInput for other architectures, listing the supported ones.
-ChatFormat default_chat_format(std::string_view architecture, const json& config);
+// Which format a model uses is its family's default (models/registry.h) unless the Modelfile names one.
+// Whether a checkpoint's own chat template (chat_template.jinja or tokenizer_config.json's chat_template) follows
+// the format of `renderer` (a make_renderer name). False for unknown renderers.
+bool template_matches_renderer(std::string_view renderer, std::string_view chat_template);
 
 }  // namespace vatic::chat

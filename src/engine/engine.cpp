@@ -55,14 +55,17 @@ Engine::Engine(const ModelSource& source, Device device, EngineOptions options,
     info_ = model_->info();
     num_ctx_ = options_.num_ctx > 0 ? options_.num_ctx : std::min<int64_t>(info_.context_length, 8192);
     if (info_.context_length > 0) num_ctx_ = std::min(num_ctx_, info_.context_length);
-    if (!device_.is_cpu()) {
+    {
+      // The KV cache grows to num_ctx tokens: refuse now what cannot fit (on the CPU: the machine's memory; the
+      // weights there are mapped files, not allocations).
       const DeviceMemory m = be.memory();
       const double kv = static_cast<double>(info_.kv_bytes_per_token) * static_cast<double>(num_ctx_);
-      if (kv > static_cast<double>(m.free))
+      if (kv > static_cast<double>(device_.is_cpu() ? m.total : m.free))
         throw InvalidInput(fmt::format(
-            "{} does not fit {}: a KV cache of {} tokens takes {} and {} is free after loading {} of weights; "
+            "{} does not fit {}: a KV cache of {} tokens takes {}, more than the {} {} ({} of weights loaded); "
             "lower num_ctx",
-            source_.name, be.description(), num_ctx_, gb(kv), gb(m.free), gb(info_.weight_bytes)));
+            source_.name, be.description(), num_ctx_, gb(kv), gb(device_.is_cpu() ? m.total : m.free),
+            device_.is_cpu() ? "of memory on this machine" : "free on the device", gb(info_.weight_bytes)));
     }
     live_ = model_->new_state();
     prefix_ = std::make_unique<PrefixCache>(options_.prefix_cache_bytes ? options_.prefix_cache_bytes

@@ -150,6 +150,15 @@ Tensor concat_cols(const Tensor& a, const Tensor& b) {
   return y;
 }
 
+Tensor gather_rows(const Tensor& table, const Tensor& ids_) {
+  Tensor out = empty_like(table, {ids_.numel(), table.dim(1)}, DType::I32);
+  backend_of_all("gather_rows", table, ids_).gather_rows(contiguous(table), contiguous(ids_), out);
+  return out;
+}
+void scatter(const Tensor& values, const Tensor& index, const Tensor& out) {
+  backend_of_all("scatter", out, values, index).scatter(contiguous(values), contiguous(index), out);
+}
+
 Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts) {
   Tensor y = empty_like(x, {experts.numel(), w.out_features()});
   backend_of_all("matmul_experts", x, w.weight, w.scales, w.biases, experts)

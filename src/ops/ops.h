@@ -45,6 +45,8 @@ void topk(const Tensor& a, int k, Tensor* values, Tensor* indices);
 Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts);  // [experts.numel(), N]
 Tensor combine_rows(const Tensor& rows, const Tensor& weights);                 // [T, D]
 void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts);
+Tensor gather_rows(const Tensor& table, const Tensor& ids);  // I32 [ids.numel(), C]
+void scatter(const Tensor& values, const Tensor& index, const Tensor& out);
 // Columns side by side: [T, A] ++ [T, B] -> [T, A+B]
 Tensor concat_cols(const Tensor& a, const Tensor& b);
 

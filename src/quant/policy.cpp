@@ -48,7 +48,7 @@ QuantDecision decide_quantization(const std::string& name, const Shape& shape, Q
   if (!aligned) return none("last dimension not divisible by the group size");
 
   const bool head = name == "lm_head.weight" || name.ends_with(".lm_head.weight") ||
-                    (ctx.gemma4 && name.ends_with("embed_tokens.weight") && !contains(name, "per_layer"));
+                    ((ctx.gemma4 || ctx.embedding_is_head) && name.ends_with("embed_tokens.weight") && !contains(name, "per_layer"));
   if (contains(name, "embed") && !head) return none("embedding");
   if (head) {
     if (ctx.is_draft) return {requested, group, "drafter output head: requested type"};

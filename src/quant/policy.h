@@ -7,7 +7,7 @@
 //  * Never: norms ("norm", "ln_", "layernorm"), embeddings other than the Gemma 4 tied head, vision / audio
 //    towers, biases, routers and gates (".mlp.gate.weight", ".router.", ".shared_expert_gate"), scalars, the
 //    drafter's centroid tables.
-//  * Output heads of a target: "lm_head.weight" and Gemma 4's tied "embed_tokens.weight" take the 8-bit type
+//  * Output heads of a target: "lm_head.weight" and a tied "embed_tokens.weight" (Gemma 4, or embedding_is_head) take the 8-bit type
 //    (int8) whatever the requested type. A drafter's head takes the requested type (its quality only moves the
 //    acceptance rate).
 //  * int4: k_proj / v_proj / down_proj are promoted to int8. Gemma 4: MoE models promote k and v everywhere;
@@ -24,6 +24,7 @@ struct QuantPolicyContext {
   int num_layers = 0;    // decoder layers of the model the tensor belongs to
   int num_experts = 0;   // routed experts (0 = dense)
   bool is_draft = false;
+  bool embedding_is_head = false;  // tied embeddings: embed_tokens.weight is also the output head
 };
 
 struct QuantDecision {

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "engine/engine.h"
+#include "models/registry.h"
 #include "runner/model_resolve.h"
 #include "runner/stop_strings.h"
 #include "util/error.h"
@@ -22,10 +23,6 @@
 
 namespace vatic::runner {
 namespace {
-
-// Marker tokens that end a turn in the chat formats we render (besides the model's own eos ids).
-const char* const kTurnEndMarkers[] = {"<turn|>", "<eos>", "<end_of_turn>", "<|user|>", "<|observation|>",
-                                       "<|endoftext|>"};
 
 std::string dump_line(const json& j) {
   return j.dump(-1, ' ', false, json::error_handler_t::replace) + "\n";
@@ -63,8 +60,10 @@ class Runner {
  public:
   Runner(const RunnerOptions& o, std::unique_ptr<Engine> engine) : opts_(o), engine_(std::move(engine)) {
     if (const Tokenizer* t = engine_->tokenizer()) {
-      for (const char* m : kTurnEndMarkers)
-        if (auto id = t->token_to_id(m)) stop_ids_.push_back(*id);
+      // Marker tokens that end a turn in the family's chat format (besides the model's own eos ids).
+      if (const ModelFamily* f = find_family(engine_->info().architecture))
+        for (const auto& m : f->turn_end_tokens())
+          if (auto id = t->token_to_id(m)) stop_ids_.push_back(*id);
     }
   }
 

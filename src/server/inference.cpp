@@ -7,6 +7,7 @@
 
 #include "chat/format.h"
 #include "chat/renderer.h"
+#include "models/registry.h"
 #include "server/util.h"
 #include "store/store.h"
 #include "util/files.h"
@@ -61,10 +62,8 @@ ModelMeta model_meta(const ModelStore& store, const std::string& name) {
     try {
       ModelSource src = store.resolve(m.name);
       json config = json::parse(read_file(src.config));
-      std::string arch = info.architecture;
-      if (config.contains("architectures") && config["architectures"].is_array() && !config["architectures"].empty())
-        arch = config["architectures"][0].get<std::string>();
-      chat::ChatFormat f = chat::default_chat_format(arch, config);
+      ChatDefaults f = family_of(config, src.config.string()).chat_defaults(config);
+      if (f.renderer.empty()) throw InvalidInput("no chat format");
       if (m.renderer.empty()) m.renderer = f.renderer;
       if (m.parser.empty()) m.parser = f.parser;
     } catch (const std::exception&) {

@@ -5,7 +5,9 @@
 #include <regex>
 #include <set>
 
-#include "formats/model_config.h"
+#include "chat/format.h"
+#include "chat/renderer.h"
+#include "models/registry.h"
 #include "formats/safetensors.h"
 #include "quant/policy.h"
 #include "quant/quantize.h"
@@ -20,16 +22,13 @@ using namespace store_detail;
 
 namespace {
 
-bool is_gemma_target(Architecture a) {
-  return a == Architecture::Gemma4ForConditionalGeneration || a == Architecture::Gemma4ForCausalLM;
-}
-
 // One model to import: a directory, or the target or draft part of a stored model.
 struct ModelInput {
   std::string label;  // "FROM /path", "DRAFT name:tag", for messages
   std::string config_bytes;
   json config;
-  Architecture arch = Architecture::Gemma4ForCausalLM;
+  std::string arch;                    // architectures[0]
+  const ModelFamily* family = nullptr;  // from the registry: everything family-specific comes from it
   std::map<std::string, std::string> extras;  // layer kind -> bytes (tokenizer, generation_config, ...)
   std::vector<std::shared_ptr<SafetensorsFile>> files;
   std::map<std::string, size_t> where;  // tensor -> index in files
@@ -68,7 +67,8 @@ ModelInput load_directory(const fs::path& dir, const std::string& role) {
   in.config_bytes = read_file(dir / "config.json");
   in.config = parse_json_text(in.config_bytes, (dir / "config.json").string());
   try {
-    in.arch = detect_architecture(in.config, (dir / "config.json").string());
+    in.family = &family_of(in.config, (dir / "config.json").string());
+    in.arch = config_architecture(in.config, (dir / "config.json").string());
   } catch (const InvalidInput& e) {
     throw InvalidInput(fmt::format("{}: {}", in.label, e.what()));
   }
@@ -133,7 +133,8 @@ ModelInput load_stored(const ModelStore& store, const std::string& name, bool dr
   if (!any && draft_part) throw InvalidInput(fmt::format("{}: that model has no draft model", in.label));
   if (in.config_bytes.empty()) throw InvalidInput(fmt::format("{}: the stored model has no config", in.label));
   in.config = parse_json_text(in.config_bytes, in.label + " config");
-  in.arch = detect_architecture(in.config, in.label);
+  in.family = &family_of(in.config, in.label);
+  in.arch = config_architecture(in.config, in.label);
   json cfg = parse_json_text(read_file(store.blob_path(m.config.digest)), in.label + " config blob");
   if (!draft_part) {
     in.renderer = cfg.value("renderer", "");
@@ -194,130 +195,9 @@ std::optional<Shape> logical_shape(const ModelInput& in, const std::map<std::str
 // ---------------------------------------------------------------------------------------------------------------
 // Expected tensors, from the config classes
 
-struct Expect {
-  std::string name;
-  Shape shape;
-  bool optional = false;
-};
-
-void expect_gemma_layers(const Gemma4TextConfig& c, std::vector<Expect>& e, bool assistant) {
-  const int64_t H = c.hidden_size;
-  for (int i = 0; i < c.num_layers; ++i) {
-    const auto& L = c.layer(i);
-    const std::string p = c.layer_prefix(i);
-    for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                          "post_feedforward_layernorm"})
-      e.push_back({p + n + ".weight", {H}});
-    e.push_back({p + "layer_scalar", {1}, true});
-    const int64_t q = int64_t{c.num_attention_heads} * L.head_dim;
-    e.push_back({p + "self_attn.q_proj.weight", {q, H}});
-    e.push_back({p + "self_attn.q_norm.weight", {L.head_dim}});
-    e.push_back({p + "self_attn.o_proj.weight", {H, q}});
-    if (!L.kv_shared && !assistant) {
-      const int64_t kv = int64_t{L.num_kv_heads} * L.head_dim;
-      e.push_back({p + "self_attn.k_proj.weight", {kv, H}});
-      e.push_back({p + "self_attn.k_norm.weight", {L.head_dim}});
-      if (!L.k_eq_v) e.push_back({p + "self_attn.v_proj.weight", {kv, H}});
-    }
-    e.push_back({p + "mlp.gate_proj.weight", {L.intermediate_size, H}});
-    e.push_back({p + "mlp.up_proj.weight", {L.intermediate_size, H}});
-    e.push_back({p + "mlp.down_proj.weight", {H, L.intermediate_size}});
-    if (c.hidden_size_per_layer_input > 0 && !assistant) {
-      e.push_back({p + "per_layer_input_gate.weight", {c.hidden_size_per_layer_input, H}});
-      e.push_back({p + "per_layer_projection.weight", {H, c.hidden_size_per_layer_input}});
-      e.push_back({p + "post_per_layer_input_norm.weight", {H}});
-    }
-    if (c.enable_moe_block) {
-      const int64_t E = c.num_experts, I = c.moe_intermediate_size;
-      e.push_back({p + "router.proj.weight", {E, H}});
-      e.push_back({p + "router.scale", {H}});
-      e.push_back({p + "router.per_expert_scale", {E}});
-      e.push_back({p + "experts.gate_up_proj", {E, 2 * I, H}});
-      e.push_back({p + "experts.down_proj", {E, H, I}});
-      for (const char* n : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2"})
-        e.push_back({p + n + ".weight", {H}});
-    }
-  }
-}
-
-std::vector<Expect> expected_tensors(const ModelInput& in) {
-  std::vector<Expect> e;
-  const std::string src = in.label + " config.json";
-  if (is_gemma_target(in.arch)) {
-    Gemma4TextConfig c = Gemma4TextConfig::parse(in.config, src);
-    const std::string P = c.tensor_prefix;
-    e.push_back({P + "embed_tokens.weight", {c.vocab_size, c.hidden_size}});
-    e.push_back({P + "norm.weight", {c.hidden_size}});
-    if (c.hidden_size_per_layer_input > 0) {
-      const int64_t lp = int64_t{c.num_layers} * c.hidden_size_per_layer_input;
-      e.push_back({P + "embed_tokens_per_layer.weight", {c.vocab_size_per_layer_input, lp}});
-      e.push_back({P + "per_layer_model_projection.weight", {lp, c.hidden_size}});
-      e.push_back({P + "per_layer_projection_norm.weight", {c.hidden_size_per_layer_input}});
-    }
-    if (!c.tie_word_embeddings) e.push_back({"lm_head.weight", {c.vocab_size, c.hidden_size}});
-    expect_gemma_layers(c, e, false);
-  } else if (in.arch == Architecture::Gemma4AssistantForCausalLM) {
-    Gemma4AssistantConfig a = Gemma4AssistantConfig::parse(in.config, src);
-    const auto& c = a.text;
-    const int64_t H = c.hidden_size;
-    e.push_back({"model.embed_tokens.weight", {c.vocab_size, H}});
-    e.push_back({"model.norm.weight", {H}});
-    e.push_back({"pre_projection.weight", {H, 2 * a.backbone_hidden_size}});
-    e.push_back({"post_projection.weight", {a.backbone_hidden_size, H}});
-    if (a.use_ordered_embeddings) {
-      e.push_back({"masked_embedding.centroids.weight", {a.num_centroids, H}});
-      e.push_back({"masked_embedding.token_ordering", {c.vocab_size}});
-    }
-    expect_gemma_layers(c, e, true);
-  } else {
-    Glm4MoeLiteConfig c = Glm4MoeLiteConfig::parse(in.config, src);
-    const int64_t H = c.hidden_size, V = c.vocab_size, nh = c.num_attention_heads;
-    e.push_back({"model.embed_tokens.weight", {V, H}});
-    e.push_back({"model.norm.weight", {H}});
-    if (!c.tie_word_embeddings) e.push_back({"lm_head.weight", {V, H}});
-    for (int i = 0; i < c.num_layers; ++i) {
-      const std::string p = c.layer_prefix(i);
-      e.push_back({p + "input_layernorm.weight", {H}});
-      e.push_back({p + "post_attention_layernorm.weight", {H}});
-      if (c.q_lora_rank) {
-        e.push_back({p + "self_attn.q_a_proj.weight", {*c.q_lora_rank, H}});
-        e.push_back({p + "self_attn.q_a_layernorm.weight", {*c.q_lora_rank}});
-        e.push_back({p + "self_attn.q_b_proj.weight", {nh * c.qk_head_dim, *c.q_lora_rank}});
-      } else {
-        e.push_back({p + "self_attn.q_proj.weight", {nh * c.qk_head_dim, H}});
-      }
-      e.push_back({p + "self_attn.kv_a_proj_with_mqa.weight", {c.kv_lora_rank + c.qk_rope_head_dim, H}});
-      e.push_back({p + "self_attn.kv_a_layernorm.weight", {c.kv_lora_rank}});
-      e.push_back({p + "self_attn.kv_b_proj.weight", {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}});
-      e.push_back({p + "self_attn.o_proj.weight", {H, nh * c.v_head_dim}});
-      if (!c.is_moe(i)) {
-        e.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, H}});
-        e.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, H}});
-        e.push_back({p + "mlp.down_proj.weight", {H, c.intermediate_size}});
-        continue;
-      }
-      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size, S = I * c.n_shared_experts;
-      e.push_back({p + "mlp.gate.weight", {E, H}});
-      e.push_back({p + "mlp.gate.e_score_correction_bias", {E}});
-      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-        Shape one = std::string(proj) == "down_proj" ? Shape{H, I} : Shape{I, H};
-        std::string stacked = p + "mlp.experts." + proj + ".weight";
-        if (in.has(stacked)) {
-          Shape s = one;
-          s.insert(s.begin(), E);
-          e.push_back({stacked, s});
-        } else {
-          for (int x = 0; x < E; ++x) e.push_back({p + "mlp.experts." + std::to_string(x) + "." + proj + ".weight", one});
-        }
-      }
-      if (c.n_shared_experts > 0) {
-        e.push_back({p + "mlp.shared_experts.gate_proj.weight", {S, H}});
-        e.push_back({p + "mlp.shared_experts.up_proj.weight", {S, H}});
-        e.push_back({p + "mlp.shared_experts.down_proj.weight", {H, S}});
-      }
-    }
-  }
-  return e;
+std::vector<ExpectedTensor> expected_tensors(const ModelInput& in) {
+  return in.family->expected_tensors(in.config, in.label + " config.json",
+                                     [&in](const std::string& n) { return in.has(n); });
 }
 
 void validate_tensors(const ModelInput& in, const std::map<std::string, PreQuant>& pq) {
@@ -339,30 +219,39 @@ void validate_tensors(const ModelInput& in, const std::map<std::string, PreQuant
   throw InvalidInput(msg);
 }
 
+// The "model" part of a tokenizer.json (vocabulary, merges) and its added tokens: what must agree for a draft
+// model's tokens to mean the target's.
+json tokenizer_identity(const ModelInput& in) {
+  auto it = in.extras.find(media::kTokenizer);
+  if (it == in.extras.end()) return nullptr;
+  json t = parse_json_text(it->second, in.label + " tokenizer.json");
+  json id = json::object();
+  for (const char* k : {"model", "added_tokens"})
+    if (t.is_object() && t.contains(k)) id[k] = t[k];
+  return id;
+}
+
 void validate_draft_fit(const ModelInput& target, const ModelInput& draft) {
-  if (draft.arch != Architecture::Gemma4AssistantForCausalLM)
-    throw InvalidInput(fmt::format("{} is a {}, not a drafter (expected Gemma4AssistantForCausalLM)", draft.label,
-                                   architecture_name(draft.arch)));
-  if (!is_gemma_target(target.arch))
-    throw InvalidInput(fmt::format("{}: a Gemma 4 assistant drafts only for Gemma 4 models, not for {} ({})",
-                                   draft.label, architecture_name(target.arch), target.label));
-  Gemma4TextConfig t = Gemma4TextConfig::parse(target.config, target.label);
-  Gemma4AssistantConfig a = Gemma4AssistantConfig::parse(draft.config, draft.label);
-  std::vector<std::string> why;
-  auto check = [&](const char* what, int64_t d, int64_t tv) {
-    if (d != tv) why.push_back(fmt::format("{}: draft {} vs target {}", what, d, tv));
-  };
-  check("backbone_hidden_size / hidden_size", a.backbone_hidden_size, t.hidden_size);
-  check("vocab_size", a.text.vocab_size, t.vocab_size);
-  check("head_dim (sliding layers)", a.text.head_dim, t.head_dim);
-  check("head_dim (full layers)", a.text.global_head_dim, t.global_head_dim);
-  check("key/value heads (sliding layers)", a.text.num_key_value_heads, t.num_key_value_heads);
-  check("key/value heads (full layers)", a.text.num_global_key_value_heads, t.num_global_key_value_heads);
-  if (!why.empty()) {
-    std::string msg = fmt::format("{} does not fit {}:", draft.label, target.label);
-    for (const auto& w : why) msg += "\n  " + w;
-    throw InvalidInput(msg);
+  if (draft.family->drafter_only(draft.config)) {
+    draft.family->check_drafter_fit(target.config, target.label, draft.config, draft.label);
+    return;
   }
+  // A model of its own drafting with its own cache: it must speak the target's tokens.
+  ConfigSummary t = target.family->summary(target.config, target.label);
+  ConfigSummary d = draft.family->summary(draft.config, draft.label);
+  if (d.vocab_size != t.vocab_size)
+    throw InvalidInput(fmt::format("{} cannot draft for {}: its vocabulary has {} tokens, the target's {} (a draft "
+                                   "model needs the target's tokenizer)",
+                                   draft.label, target.label, d.vocab_size, t.vocab_size));
+  json ti = tokenizer_identity(target), di = tokenizer_identity(draft);
+  if (ti.is_null() || di.is_null())
+    throw InvalidInput(fmt::format("{} cannot draft for {}: {} has no tokenizer.json to compare (a draft model needs "
+                                   "the target's tokenizer)",
+                                   draft.label, target.label, ti.is_null() ? target.label : draft.label));
+  if (ti != di)
+    throw InvalidInput(fmt::format("{} cannot draft for {}: their tokenizers differ (a draft model needs the "
+                                   "target's tokenizer: the same vocabulary, merges and special tokens)",
+                                   draft.label, target.label));
 }
 
 // ---------------------------------------------------------------------------------------------------------------
@@ -414,18 +303,7 @@ Plan make_plan(const ModelInput& in, QuantType requested, int group_size, bool i
                                    is_draft ? "--draft-quantize" : "--quantize"));
   validate_tensors(in, pq);
 
-  QuantPolicyContext ctx;
-  ctx.is_draft = is_draft;
-  if (is_gemma_target(in.arch)) {
-    Gemma4TextConfig c = Gemma4TextConfig::parse(in.config, in.label);
-    ctx = {true, c.num_layers, c.enable_moe_block ? c.num_experts : 0, is_draft};
-  } else if (in.arch == Architecture::Gemma4AssistantForCausalLM) {
-    Gemma4AssistantConfig a = Gemma4AssistantConfig::parse(in.config, in.label);
-    ctx = {true, a.text.num_layers, 0, is_draft};
-  } else {
-    Glm4MoeLiteConfig c = Glm4MoeLiteConfig::parse(in.config, in.label);
-    ctx = {false, c.num_layers, c.n_routed_experts, is_draft};
-  }
+  const QuantPolicyContext ctx = in.family->quant_context(in.config, in.label, is_draft);
 
   std::set<std::string> consumed;
   for (const auto& [w, p] : pq) {
@@ -484,8 +362,8 @@ Plan make_plan(const ModelInput& in, QuantType requested, int group_size, bool i
     plan.groups.push_back(std::move(g));
   };
 
-  // GLM per-expert weights are stacked per projection when quantizing.
-  if (requested != QuantType::None && !ctx.gemma4) {
+  // Per-expert weights are stacked per projection when quantizing (families say whether theirs are).
+  if (requested != QuantType::None && in.family->stacks_experts_when_quantizing()) {
     static const std::regex expert_re(R"((.*\.experts)\.(\d+)\.([A-Za-z0-9_]+)\.weight)");
     std::map<std::string, std::map<int, std::string>> stacks;  // stacked name -> expert -> source name
     for (const auto& [name, idx] : in.where) {
@@ -586,14 +464,18 @@ std::string quant_label(const Plan& p, const json& config) {
   return dtype_label(config);
 }
 
-// The chat format by architecture; mirrors chat::default_chat_format (the store layer does not link src/chat).
-std::pair<std::string, std::string> default_chat_names(const ModelInput& in) {
-  if (is_gemma_target(in.arch)) {
-    const json& t = in.config.contains("text_config") ? in.config["text_config"] : in.config;
-    bool ple = t.is_object() && t.value("hidden_size_per_layer_input", 0) > 0;
-    return {ple ? "gemma4-small" : "gemma4-large", "gemma4"};
+// The family's chat format, unless the checkpoint's own chat template is one vatic has no renderer for.
+std::pair<std::string, std::string> default_chat_names(const ModelInput& in, const ChatDefaults& d) {
+  auto tmpl = in.extras.find(media::kChatTemplate);
+  if (tmpl != in.extras.end() && !chat::template_matches_renderer(d.renderer, tmpl->second)) {
+    std::string names;
+    for (const auto& n : chat::renderer_names()) names += (names.empty() ? "" : ", ") + n;
+    throw InvalidInput(fmt::format("{}: its chat template is not one vatic has a renderer for (renderers: {}); add "
+                                   "RENDERER and PARSER lines to the Modelfile naming the format it follows, or "
+                                   "RENDERER raw to serve prompts as they are",
+                                   in.label, names));
   }
-  return {"glm-4.7", "glm-4.7"};
+  return {d.renderer, d.parser};
 }
 
 }  // namespace
@@ -621,10 +503,9 @@ ModelInfo ModelStore::create(const std::string& name, const Modelfile& mf, const
   // Inputs and every check come before anything is written.
   ModelInput target = mf.from.is_path() ? load_directory(mf.from.path, "FROM")
                                         : load_stored(*this, mf.from.text, false, "FROM");
-  if (target.arch == Architecture::Gemma4AssistantForCausalLM)
-    throw InvalidInput(fmt::format("{} is a drafter (Gemma4AssistantForCausalLM); use it as DRAFT under its target "
-                                   "model",
-                                   target.label));
+  if (target.family->drafter_only(target.config))
+    throw InvalidInput(fmt::format("{} is a drafter ({}); use it as DRAFT under its target model", target.label,
+                                   target.arch));
   std::optional<ModelInput> draft;
   if (!mf.draft.empty()) {
     draft = mf.draft.is_path() ? load_directory(mf.draft.path, "DRAFT")
@@ -651,9 +532,16 @@ ModelInfo ModelStore::create(const std::string& name, const Modelfile& mf, const
   } else {
     messages = target.messages;
   }
-  auto [def_renderer, def_parser] = default_chat_names(target);
-  std::string renderer = !mf.renderer.empty() ? mf.renderer : !target.renderer.empty() ? target.renderer : def_renderer;
-  std::string parser = !mf.parser.empty() ? mf.parser : !target.parser.empty() ? target.parser : def_parser;
+  const ChatDefaults chat_defaults = target.family->chat_defaults(target.config);
+  std::string renderer = !mf.renderer.empty() ? mf.renderer : target.renderer;
+  std::string parser = !mf.parser.empty() ? mf.parser : target.parser;
+  if (renderer.empty()) {
+    auto [def_renderer, def_parser] = default_chat_names(target, chat_defaults);
+    renderer = def_renderer;
+    if (parser.empty()) parser = def_parser;
+  } else if (parser.empty() && renderer != "raw") {
+    parser = chat_defaults.parser;
+  }
 
   // Writing.
   const uint64_t total = tplan.bytes + (dplan ? dplan->bytes : 0);
@@ -703,33 +591,26 @@ ModelInfo ModelStore::create(const std::string& name, const Modelfile& mf, const
     // The config blob: what show / list print without opening tensors.
     json cfg = json::object();
     cfg["model_format"] = "safetensors";
-    cfg["architecture"] = architecture_name(target.arch);
+    cfg["architecture"] = target.arch;
     cfg["quantization"] = quant_label(tplan, target.config);
     if (!tplan.types.empty()) cfg["group_size"] = opt.group_size;
     cfg["parameter_count"] = tplan.params;
-    if (is_gemma_target(target.arch)) {
-      Gemma4TextConfig c = Gemma4TextConfig::parse(target.config, target.label);
-      cfg["context_length"] = c.max_position_embeddings;
+    {
+      ConfigSummary c = target.family->summary(target.config, target.label);
+      cfg["context_length"] = c.context_length;
       cfg["embedding_length"] = c.hidden_size;
-      // K and V (f32) of every KV-owning full-attention layer; sliding layers stop growing at the window.
-      int64_t kv = 0;
-      for (const auto& l : c.layers)
-        if (!l.kv_shared && !l.is_sliding) kv += 2 * int64_t{l.num_kv_heads} * l.head_dim * 4;
-      cfg["kv_bytes_per_token"] = kv;
-    } else {
-      Glm4MoeLiteConfig c = Glm4MoeLiteConfig::parse(target.config, target.label);
-      cfg["context_length"] = c.max_position_embeddings;
-      cfg["embedding_length"] = c.hidden_size;
-      // MLA caches only the latent and the shared rotary key (f32).
-      cfg["kv_bytes_per_token"] = int64_t{c.num_layers} * (c.kv_lora_rank + c.qk_rope_head_dim) * 4;
+      cfg["kv_bytes_per_token"] = c.kv_bytes_per_token;
     }
     std::vector<std::string> caps{"completion"};
-    if (parser == "gemma4" || parser == "glm-4.7") caps.insert(caps.end(), {"tools", "thinking"});
+    if (parser == chat_defaults.parser) {
+      if (chat_defaults.tools) caps.push_back("tools");
+      if (chat_defaults.thinking) caps.push_back("thinking");
+    }
     cfg["capabilities"] = caps;
     cfg["renderer"] = renderer;
     cfg["parser"] = parser;
     if (draft) {
-      cfg["draft"] = {{"architecture", architecture_name(draft->arch)},
+      cfg["draft"] = {{"architecture", draft->arch},
                       {"parameter_count", dplan->params},
                       {"quantization", quant_label(*dplan, draft->config)},
                       {"config", "draft config.json layer"}};

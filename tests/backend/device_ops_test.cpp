@@ -440,6 +440,38 @@ TEST(DeviceOps, MixtureOfExperts) {
   });
 }
 
+TEST(MoeOps, CpuGatherRowsAndScatter) {
+  Tensor table = Tensor::from_ints({0, 1, 2, 10, 11, 12, 20, 21, 22}, {3, 3});
+  Tensor out = Tensor::empty({2, 3}, DType::I32);
+  cpu_backend().gather_rows(table, Tensor::from_ints({2, 0}, {2}), out);
+  EXPECT_EQ(std::vector<int32_t>(out.data<int32_t>(), out.data<int32_t>() + 6), (std::vector<int32_t>{20, 21, 22, 0, 1, 2}));
+  EXPECT_THROW(cpu_backend().gather_rows(table, Tensor::from_ints({3}, {1}), Tensor::empty({1, 3}, DType::I32)), Error);
+  Tensor v = Tensor::from_floats({5, 6}, {2});
+  Tensor dst = Tensor::from_floats({0, 0, 0, 0}, {4});
+  cpu_backend().scatter(v, Tensor::from_ints({3, 1}, {2}), dst);
+  EXPECT_EQ(std::vector<float>(dst.data<float>(), dst.data<float>() + 4), (std::vector<float>{0, 6, 0, 5}));
+}
+
+TEST(DeviceOps, GatherRowsAndScatter) {
+  FOR_EACH_DEVICE([](Device dev) {
+    Tensor table = random_host({64, 37}, DType::I32);
+    Tensor ids = Tensor::from_ints({63, 0, 5, 5, 17}, {5});
+    Tensor want = Tensor::empty({5, 37}, DType::I32);
+    cpu_backend().gather_rows(table, ids, want);
+    Tensor got = backend_for(dev).empty({5, 37}, DType::I32);
+    backend_for(dev).gather_rows(on(dev, table), on(dev, ids), got);
+    expect_close(got, want, 0, "gather_rows");
+    std::vector<int32_t> perm(1000);
+    for (int i = 0; i < 1000; i++) perm[i] = (i * 7919) % 1000;
+    Tensor index = Tensor::from_ints(std::vector<int32_t>(perm.begin(), perm.begin() + 300), {300});
+    Tensor vals = random_host({300});
+    Tensor out_want = random_host({1000}), out_got = on(dev, out_want);
+    cpu_backend().scatter(vals, index, out_want);
+    backend_for(dev).scatter(on(dev, vals), on(dev, index), out_got);
+    expect_close(out_got, out_want, 0, "scatter");
+  });
+}
+
 TEST(DeviceOps, OpsRefuseInputsOnDifferentDevices) {
   FOR_EACH_DEVICE([](Device dev) {
     Tensor a = on(dev, random_host({2, 3})), b = random_host({2, 3});

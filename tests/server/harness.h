@@ -71,6 +71,9 @@ inline fs::path shared_store() {
     create("dense", "gemma4-dense-tiny", "gemma4-dense-tiny-assistant");
     create("plain", "gemma4-dense-tiny", "");
     create("glm", "glm4-moe-lite-tiny", "", "int8");
+    create("llama", "../families/llama3-tiny", "../families/llama-untied-bias-tiny");
+    create("qwen-moe", "../families/qwen3-moe-tiny", "../families/qwen3-tiny", "int8");
+    create("gemma3", "../families/gemma3-tiny", "", "int4");
     static struct Cleanup {
       fs::path dir;
       ~Cleanup() {

@@ -14,7 +14,10 @@
 #include <set>
 #include <thread>
 
+#include "formats/model_source.h"
 #include "formats/safetensors.h"
+#include "models/loader.h"
+#include "ops/ops.h"
 #include "quant/quantize.h"
 #include "store/sha256.h"
 #include "util/error.h"
@@ -455,9 +458,10 @@ TEST_F(StoreTest, BadInputLeavesStoreUnchanged) {
   fs::remove(noweights / "model.safetensors");
   expect_invalid("x", parse_modelfile("FROM ./noweights\n", dir_), none, {"model.safetensors"});
   fs::path arch = copy_fixture("gemma4-dense-tiny", "arch");
-  edit_config(arch, [](json& j) { j["architectures"] = {"LlamaForCausalLM"}; j["model_type"] = "llama"; });
+  edit_config(arch, [](json& j) { j["architectures"] = {"PhiForCausalLM"}; j["model_type"] = "phi"; });
   expect_invalid("x", parse_modelfile("FROM ./arch\n", dir_), none,
-                 {"LlamaForCausalLM", "Gemma4ForConditionalGeneration", "Glm4MoeLiteForCausalLM"});
+                 {"PhiForCausalLM", "Gemma4ForConditionalGeneration", "Glm4MoeLiteForCausalLM", "LlamaForCausalLM",
+                  "Qwen3MoeForCausalLM", "Gemma3ForCausalLM"});
   // tensors
   fs::path missing = copy_fixture("gemma4-dense-tiny", "missing");
   rewrite_weights(missing, [](std::vector<NamedTensor>& ts) {
@@ -480,7 +484,14 @@ TEST_F(StoreTest, BadInputLeavesStoreUnchanged) {
   edit_config(vocab, [](json& j) { j["text_config"]["vocab_size"] = 1024; });
   expect_invalid("x", parse_modelfile(fmt::format("FROM {}\nDRAFT ./vocab\n", (kModels / "gemma4-e2b-tiny").string()), dir_),
                  none, {"vocab_size"});
-  expect_invalid("x", mf("FROM ./gemma4-e2b-tiny\nDRAFT ./gemma4-dense-tiny\n"), none, {"not a drafter"});
+  // a draft model must speak the target's tokens
+  expect_invalid("x", mf("FROM ./gemma4-e2b-tiny\nDRAFT ./glm4-moe-lite-tiny\n"), none, {"tokenizers differ"});
+  expect_invalid("x", mf("FROM ../families/llama3-tiny\nDRAFT ../families/gemma3-tiny\n"), none,
+                 {"tokenizers differ"});
+  fs::path notok = copy_fixture("../families/qwen3-tiny", "notok");
+  fs::remove(notok / "tokenizer.json");
+  expect_invalid("x", parse_modelfile(fmt::format("FROM {}\nDRAFT ./notok\n", (kModels / "../families/qwen3-tiny").string()), dir_),
+                 none, {"no tokenizer.json"});
   expect_invalid("x", mf("FROM ./glm4-moe-lite-tiny\nDRAFT ./gemma4-e2b-tiny-assistant\n"), none,
                  {"only for Gemma 4"});
   // options
@@ -595,3 +606,115 @@ TEST_F(StoreTest, KillNineDuringCreate) {
   for (const auto& info : store_->list()) store_->remove(info.name);
   EXPECT_EQ(blob_count(), 0u);
 }
+
+namespace vatic {
+namespace {
+
+// The Llama, Qwen3, Qwen3-MoE and Gemma 3 families: import at every precision, what show reports, loading from the
+// store, and the same logits as the directory for the unquantized import.
+TEST_F(StoreTest, EveryFamilyImportsQuantizesAndLoads) {
+  struct Case {
+    const char* dir;
+    const char* arch;
+    const char* renderer;
+    int64_t kv;
+  };
+  for (const Case& c : {Case{"llama3-tiny", "LlamaForCausalLM", "llama3", 3 * 2 * 16 * 8},
+                        Case{"llama-untied-bias-tiny", "LlamaForCausalLM", "llama3", 3 * 2 * 16 * 8},
+                        Case{"qwen3-tiny", "Qwen3ForCausalLM", "qwen3", 3 * 2 * 24 * 8},
+                        Case{"qwen3-moe-tiny", "Qwen3MoeForCausalLM", "qwen3", 3 * 2 * 16 * 8},
+                        Case{"gemma3-tiny", "Gemma3ForCausalLM", "gemma3", 1 * 2 * 16 * 8}}) {
+    const fs::path src_dir = kModels / ".." / "families" / c.dir;
+    auto direct = load_language_model(ModelSource::from_directory(src_dir), Device::CPU);
+    const std::vector<int32_t> prompt = {0, 5, 9, 77, 300, 12, 41, 8, 19, 200, 3};
+    auto ds = direct->new_state();
+    std::vector<float> want = ops::to_vector(direct->forward(*ds, prompt, 1).logits);
+    for (const char* q : {"", "int8", "int4"}) {
+      const std::string name = fmt::format("{}-{}", c.dir, *q ? q : "bf16");
+      SCOPED_TRACE(name);
+      ModelInfo info = create(name, fmt::format("FROM ../families/{}\n", c.dir), q);
+      EXPECT_EQ(info.architecture, c.arch);
+      EXPECT_EQ(info.quantization, *q ? q : "bfloat16");
+      EXPECT_EQ(info.kv_bytes_per_token, c.kv);
+      EXPECT_EQ(info.context_length, 4096);
+      EXPECT_EQ(info.embedding_length, 64);
+      EXPECT_EQ(info.renderer, c.renderer);
+      EXPECT_EQ(info.parser, c.renderer);
+      const bool tools = std::string(c.renderer) != "gemma3";
+      EXPECT_EQ(std::count(info.capabilities.begin(), info.capabilities.end(), "tools"), tools ? 1 : 0);
+      EXPECT_EQ(std::count(info.capabilities.begin(), info.capabilities.end(), "thinking"),
+                std::string(c.renderer) == "qwen3" ? 1 : 0);
+      ModelSource src = store_->resolve(name);
+      Loaded t = load(src.weights);
+      if (*q) {
+        // The tied embedding is the head: 8 bits; q_proj the asked type; norms never.
+        auto head = quant_of(t, t.has("lm_head.weight") ? "lm_head.weight" : "model.embed_tokens.weight");
+        ASSERT_TRUE(head);
+        EXPECT_EQ(head->type, QuantType::Int8);
+        auto qp = quant_of(t, "model.layers.1.self_attn.q_proj.weight");
+        ASSERT_TRUE(qp);
+        EXPECT_EQ(qp->type, parse_quant_type(q));
+        EXPECT_EQ(t.file("model.norm.weight").entry("model.norm.weight").dtype, DType::BF16);
+        if (std::string(c.dir) == "qwen3-moe-tiny") {
+          // Experts stacked per projection; the router stays as it was.
+          EXPECT_TRUE(t.has("model.layers.1.mlp.experts.gate_proj.weight"));
+          EXPECT_FALSE(t.has("model.layers.1.mlp.experts.0.gate_proj.weight"));
+          EXPECT_EQ(t.file("model.layers.1.mlp.gate.weight").entry("model.layers.1.mlp.gate.weight").dtype, DType::BF16);
+        }
+      }
+      auto lm = load_language_model(src, Device::CPU);
+      auto st = lm->new_state();
+      std::vector<float> got = ops::to_vector(lm->forward(*st, prompt, 1).logits);
+      ASSERT_EQ(got.size(), want.size());
+      double num = 0, den = 0;
+      for (size_t i = 0; i < got.size(); i++) {
+        num += (got[i] - want[i]) * (got[i] - want[i]);
+        den += want[i] * want[i];
+      }
+      // Exact for the import as it was; int8 close; int4 (on these random weights) within a coarse bound.
+      const double rel = std::sqrt(num / den), bound = !*q ? 0.0 : std::string(q) == "int8" ? 0.05 : 0.5;
+      EXPECT_LE(rel, bound);
+    }
+  }
+  expect_consistent();
+}
+
+TEST_F(StoreTest, DraftModelIsKeptWithItsTarget) {
+  ModelInfo info = create("llama-spec", "FROM ../families/llama3-tiny\nDRAFT ../families/llama-untied-bias-tiny\n", "",
+                          "int8");
+  ASSERT_TRUE(info.draft.present);
+  EXPECT_EQ(info.draft.architecture, "LlamaForCausalLM");
+  EXPECT_EQ(info.draft.quantization, "int8");
+  ModelSource src = store_->resolve("llama-spec");
+  ASSERT_TRUE(src.draft);
+  auto target = load_language_model(src, Device::CPU);
+  auto drafter = load_drafter(*target, src.draft.get());
+  ASSERT_TRUE(drafter);
+  EXPECT_NE(drafter->name().find("draft model"), std::string::npos);
+  // Re-created from the stored model, the drafter comes along.
+  ModelInfo copy = create("llama-spec-2", "FROM llama-spec\n");
+  EXPECT_TRUE(copy.draft.present);
+  // A Qwen3 dense model drafts for Qwen3-MoE: same tokenizer.
+  EXPECT_TRUE(create("qwen-spec", "FROM ../families/qwen3-moe-tiny\nDRAFT ../families/qwen3-tiny\n").draft.present);
+  expect_consistent();
+}
+
+TEST_F(StoreTest, ChatTemplateWithoutARendererIsNamed) {
+  fs::path d = copy_fixture("../families/qwen3-tiny", "mistralish");
+  write_file_atomic(d / "chat_template.jinja", "{% for m in messages %}[INST] {{ m.content }} [/INST]{% endfor %}");
+  expect_invalid("x", parse_modelfile("FROM ./mistralish\n", dir_), CreateOptions(),
+                 {"chat template", "llama3, qwen3, gemma3", "RENDERER"});
+  // Naming the format (or raw) in the Modelfile is the way out.
+  ModelInfo raw = store_->create("raw", parse_modelfile("FROM ./mistralish\nRENDERER raw\n", dir_), CreateOptions());
+  EXPECT_EQ(raw.renderer, "raw");
+  ModelInfo named =
+      store_->create("named", parse_modelfile("FROM ./mistralish\nRENDERER llama3\nPARSER llama3\n", dir_), CreateOptions());
+  EXPECT_EQ(named.renderer, "llama3");
+  // The official template is recognised.
+  fs::path ok = copy_fixture("../families/qwen3-tiny", "qwenok");
+  write_file_atomic(ok / "chat_template.jinja", "{%- for m in messages %}{{- '<|im_start|>' + m.role }}{% endfor %}");
+  EXPECT_EQ(store_->create("ok", parse_modelfile("FROM ./qwenok\n", dir_), CreateOptions()).renderer, "qwen3");
+}
+
+}  // namespace
+}  // namespace vatic

@@ -521,6 +521,30 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override {
+    const int64_t R = table.dim(0), C = table.dim(1), n = ids.numel();
+    VATIC_CHECK(table.dtype() == DType::I32 && ids.dtype() == DType::I32 && out.dtype() == DType::I32 &&
+                    table.is_contiguous() && out.dim(0) == n && out.dim(1) == C && out.is_contiguous(),
+                "gather_rows: table {} ids {} out {}", table.describe(), ids.describe(), out.describe());
+    for (int64_t i = 0; i < n; i++) {
+      const int32_t r = ids.data<int32_t>()[i];
+      VATIC_CHECK(r >= 0 && r < R, "gather_rows: row {} of {}", r, R);
+      std::memcpy(out.data<int32_t>() + i * C, table.data<int32_t>() + r * C, static_cast<size_t>(C) * 4);
+    }
+  }
+
+  void scatter(const Tensor& values, const Tensor& index, const Tensor& out) override {
+    const int64_t n = values.numel(), V = out.numel();
+    VATIC_CHECK(values.dtype() == DType::F32 && index.dtype() == DType::I32 && index.numel() == n &&
+                    out.dtype() == DType::F32 && out.is_contiguous(),
+                "scatter: values {} index {} out {}", values.describe(), index.describe(), out.describe());
+    for (int64_t i = 0; i < n; i++) {
+      const int32_t j = index.data<int32_t>()[i];
+      VATIC_CHECK(j >= 0 && j < V, "scatter: index {} of {}", j, V);
+      out.data<float>()[j] = values.data<float>()[i];
+    }
+  }
+
   void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) override {
     const int64_t T = out.dim(0), D = out.dim(1), k = weights.dim(1);
     VATIC_CHECK(rows.dim(0) == T * k && rows.dim(1) == D && weights.dim(0) == T && rows.is_contiguous() &&

@@ -484,6 +484,30 @@ class CudaBackend final : public Backend {
     check_launch("matmul_experts");
   }
 
+  void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override {
+    Timed timed_(*this, "gather_rows");
+    const int64_t R = table.dim(0), C = table.dim(1), n = ids.numel();
+    VATIC_CHECK(table.dtype() == DType::I32 && ids.dtype() == DType::I32 && out.dtype() == DType::I32 &&
+                    table.is_contiguous() && ids.is_contiguous() && out.dim(0) == n && out.dim(1) == C &&
+                    out.is_contiguous(),
+                "gather_rows: table {} ids {} out {}", table.describe(), ids.describe(), out.describe());
+    bind();
+    cuda::gather_rows(table.data<int32_t>(), R, C, ids.data<int32_t>(), n, out.data<int32_t>(), flag_dev_, stream_);
+    check_launch("gather_rows");
+  }
+
+  void scatter(const Tensor& values, const Tensor& index, const Tensor& out) override {
+    Timed timed_(*this, "scatter");
+    const int64_t n = values.numel();
+    VATIC_CHECK(values.dtype() == DType::F32 && index.dtype() == DType::I32 && index.numel() == n &&
+                    values.is_contiguous() && index.is_contiguous() && out.dtype() == DType::F32 &&
+                    out.is_contiguous(),
+                "scatter: values {} index {} out {}", values.describe(), index.describe(), out.describe());
+    bind();
+    cuda::scatter(values.data<float>(), index.data<int32_t>(), n, out.data<float>(), out.numel(), flag_dev_, stream_);
+    check_launch("scatter");
+  }
+
   void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) override {
     Timed timed_(*this, "combine_rows");
     const int64_t T = out.dim(0), D = out.dim(1), k = weights.dim(1);
@@ -560,7 +584,7 @@ class CudaBackend final : public Backend {
     if (flag_host_[0]) {
       const int id = flag_host_[1];
       CUDA_OK(cudaMemset(flag_dev_, 0, 2 * sizeof(int)), "check");
-      throw InvalidInput(fmt::format("token id {} is outside the vocabulary", id));
+      throw InvalidInput(fmt::format("index {} is out of range (a token id outside the vocabulary?)", id));
     }
   }
 

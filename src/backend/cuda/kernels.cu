@@ -561,6 +561,34 @@ __global__ void topk_kernel(const float* a, int64_t N, int k, float* values, int
   }
 }
 
+__global__ void gather_rows_kernel(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n,
+                                   int32_t* out, int* bad) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * C;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = ids[i / C];
+    if (r < 0 || r >= R) {
+      out[i] = -1;
+      bad[1] = static_cast<int>(r);
+      atomicExch(bad, 1);
+      continue;
+    }
+    out[i] = table[r * C + i % C];
+  }
+}
+
+__global__ void scatter_kernel(const float* values, const int32_t* index, int64_t n, float* out, int64_t V, int* bad) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t j = index[i];
+    if (j < 0 || j >= V) {
+      bad[1] = static_cast<int>(j);
+      atomicExch(bad, 1);
+      continue;
+    }
+    out[j] = values[i];
+  }
+}
+
 __global__ void combine_rows_kernel(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D,
                                     float* out) {
   const int64_t total = T * D;
@@ -763,6 +791,16 @@ void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k,
   if (T * D == 0) return;
   combine_rows_kernel<<<blocks_for(T * D), kThreads, 0, s>>>(rows, weights, T, k, D, out);
 }
+void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n, int32_t* out, int* bad,
+                 cudaStream_t s) {
+  if (n * C == 0) return;
+  gather_rows_kernel<<<blocks_for(n * C), kThreads, 0, s>>>(table, R, C, ids, n, out, bad);
+}
+void scatter(const float* values, const int32_t* index, int64_t n, float* out, int64_t V, int* bad, cudaStream_t s) {
+  if (n == 0) return;
+  scatter_kernel<<<blocks_for(n), kThreads, 0, s>>>(values, index, n, out, V, bad);
+}
+
 void route(const RouteArgs& a, cudaStream_t s) {
   if (a.T == 0) return;
   const size_t smem = sizeof(float) * (2 * a.E + a.groups);

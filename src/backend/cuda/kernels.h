@@ -91,6 +91,12 @@ void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t
 void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D, float* out,
                   cudaStream_t s);
 
+// out[i, :] = table[ids[i], :] (I32 rows of C); a row outside [0, R) writes -1s and sets bad[0] = 1, bad[1] = it.
+void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n, int32_t* out, int* bad,
+                 cudaStream_t s);
+// out[index[i]] = values[i]; an index outside [0, V) is skipped and reported through bad as above.
+void scatter(const float* values, const int32_t* index, int64_t n, float* out, int64_t V, int* bad, cudaStream_t s);
+
 struct RouteArgs {
   const float* a;
   int64_t T, E;

@@ -29,9 +29,14 @@ Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig conf
   if (cfg_.use_ordered_embeddings) {
     centroids_ = load_linear(ts, "masked_embedding.centroids", cfg_.num_centroids, Ha);
     Tensor ord = ts.host("masked_embedding.token_ordering", {V});
-    token_ordering_.resize(V);
-    for (int64_t i = 0; i < V; i++)
-      token_ordering_[i] = ord.dtype() == DType::I64 ? static_cast<int32_t>(ord.data<int64_t>()[i]) : ord.data<int32_t>()[i];
+    VATIC_CHECK(V % cfg_.num_centroids == 0, "vocabulary of {} does not split into {} clusters", V, cfg_.num_centroids);
+    std::vector<int32_t> order(static_cast<size_t>(V));
+    for (int64_t i = 0; i < V; i++) {
+      const int64_t id = ord.dtype() == DType::I64 ? ord.data<int64_t>()[i] : ord.data<int32_t>()[i];
+      if (id < 0 || id >= V) throw InvalidInput(fmt::format("masked_embedding.token_ordering holds {} (vocabulary {})", id, V));
+      order[static_cast<size_t>(i)] = static_cast<int32_t>(id);
+    }
+    token_groups_ = ops::ids(order, ts.device()).reshape({cfg_.num_centroids, V / cfg_.num_centroids});
   }
   layers_.resize(tc.num_layers);
   for (int i = 0; i < tc.num_layers; i++) {
@@ -55,22 +60,19 @@ Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig conf
 Tensor Gemma4Assistant::head(const Tensor& y) {
   const int64_t V = cfg_.text.vocab_size;
   if (!cfg_.use_ordered_embeddings) return ops::matmul(y, embed_);
-  // Centroid-masked head: score clusters, keep the top ones, score only their tokens; the rest are -inf.
+  // Centroid-masked head, on the device: score clusters, keep the top ones, score only their tokens; the rest
+  // are -inf.
+  const int k = cfg_.centroid_intermediate_top_k;
   const int64_t per = V / cfg_.num_centroids;
   Tensor cv, ci;
-  ops::topk(ops::matmul(y, centroids_), cfg_.centroid_intermediate_top_k, &cv, &ci);
-  Tensor chosen = ops::to_host(ci);
-  std::vector<int32_t> ids;
-  ids.reserve(cfg_.centroid_intermediate_top_k * per);
-  for (int j = 0; j < cfg_.centroid_intermediate_top_k; j++) {
-    int32_t c = chosen.data<int32_t>()[j];
-    for (int64_t k = 0; k < per; k++) ids.push_back(token_ordering_[c * per + k]);
-  }
-  Tensor rows = ops::embedding(embed_, ops::ids(ids, y.device()), 1.0f);  // [n, Ha]
-  std::vector<float> sel = ops::to_vector(ops::matmul(y, Linear{rows, {}, {}, 0, 0}));
-  std::vector<float> logits(V, -std::numeric_limits<float>::infinity());
-  for (size_t j = 0; j < ids.size(); j++) logits[ids[j]] = sel[j];
-  return ops::to_device(Tensor::from_floats(logits, {1, V}), y.device());
+  ops::topk(ops::matmul(y, centroids_), k, &cv, &ci);                          // [1, k]
+  Tensor ids = ops::gather_rows(token_groups_, ci.reshape({k})).reshape({k * per});  // their tokens
+  Tensor rows = ops::embedding(embed_, ids, 1.0f);                               // [k·per, Ha]
+  Tensor sel = ops::matmul(y, Linear{rows, {}, {}, 0, 0});                       // [1, k·per]
+  Tensor logits = ops::empty_like(y, {1, V});
+  ops::backend_of(logits).fill(logits, -std::numeric_limits<float>::infinity());
+  ops::scatter(sel.reshape({k * per}), ids, logits);
+  return logits;
 }
 
 std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,

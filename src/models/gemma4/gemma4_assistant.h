@@ -31,7 +31,7 @@ class Gemma4Assistant final : public Drafter {
   Tensor final_norm_;
   Linear embed_;  // [V, Ha] tied LM head
   Linear centroids_;
-  std::vector<int32_t> token_ordering_;
+  Tensor token_groups_;  // I32 [num_centroids, V / num_centroids]: the token ids of each cluster, on the device
 };
 
 }  // namespace vatic

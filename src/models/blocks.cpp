@@ -1,0 +1,211 @@
+#include "models/blocks.h"
+
+#include <cmath>
+
+#include "models/weights.h"
+#include "ops/ops.h"
+
+namespace vatic::blocks {
+
+Rope parse_rope(const Fields& f, const json* params, const std::string& where, double default_theta) {
+  Rope r;
+  r.theta = default_theta;
+  if (!params) return r;
+  if (!params->is_object()) f.error(where, "expected an object");
+  Fields p(*params, f.source(), f.field(where) + ".");
+  r.type = p.str("rope_type", p.str("type", "default"));
+  r.theta = p.positive_num("rope_theta", default_theta);
+  if (r.type == "default") return r;
+  if (r.type == "linear") {
+    r.factor = p.positive_num("factor", 1.0);
+    return r;
+  }
+  if (r.type == "llama3") {
+    r.factor = p.positive_num("factor", 8.0);
+    r.low_freq_factor = p.positive_num("low_freq_factor", 1.0);
+    r.high_freq_factor = p.positive_num("high_freq_factor", 4.0);
+    r.original_max_position = p.positive_num("original_max_position_embeddings", 8192);
+    if (!(r.high_freq_factor > r.low_freq_factor))
+      p.error("high_freq_factor", "must be larger than low_freq_factor");
+    return r;
+  }
+  p.error("rope_type",
+          fmt::format("unsupported RoPE type \"{}\" (supported: default, linear, llama3)", r.type));
+}
+
+Tensor rope_inv_freq(const Rope& rope, int head_dim, Device device) {
+  // Load-time table (float32, as transformers computes it): theta^(-2i/d), then the scaling rule.
+  const int pairs = head_dim / 2;
+  std::vector<float> f(static_cast<size_t>(pairs));
+  const float theta = static_cast<float>(rope.theta);
+  for (int i = 0; i < pairs; i++)
+    f[i] = 1.0f / std::pow(theta, static_cast<float>(2 * i) / static_cast<float>(head_dim));
+  if (rope.type == "linear") {
+    for (float& x : f) x /= static_cast<float>(rope.factor);
+  } else if (rope.type == "llama3") {
+    const float factor = static_cast<float>(rope.factor), lo = static_cast<float>(rope.low_freq_factor),
+                hi = static_cast<float>(rope.high_freq_factor),
+                old = static_cast<float>(rope.original_max_position);
+    const float low_wavelen = old / lo, high_wavelen = old / hi;
+    const float pi = 3.14159265358979323846f;
+    for (float& x : f) {
+      const float wavelen = 2 * pi / x;
+      float v = wavelen > low_wavelen ? x / factor : x;
+      const float smooth = (old / wavelen - lo) / (hi - lo);
+      const bool medium = !(wavelen < high_wavelen) && !(wavelen > low_wavelen);
+      if (medium) v = (1 - smooth) * v / factor + smooth * v;
+      x = v;
+    }
+  }
+  return ops::floats(f, device);
+}
+
+Tensor load_norm(const Weights& ts, const std::string& name, int64_t n, bool plus_one) {
+  Tensor w = load_f32(ts, name, {n});
+  if (!plus_one) return w;
+  return ops::add(w, ops::floats(std::vector<float>(static_cast<size_t>(n), 1.0f), w.device()));
+}
+
+void expect_attention(const std::string& p, const AttentionShape& s, std::vector<ExpectedTensor>& e) {
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, H = s.hidden;
+  e.push_back({p + "q_proj.weight", {q, H}});
+  e.push_back({p + "k_proj.weight", {kv, H}});
+  e.push_back({p + "v_proj.weight", {kv, H}});
+  e.push_back({p + "o_proj.weight", {H, q}});
+  if (s.bias) {
+    e.push_back({p + "q_proj.bias", {q}});
+    e.push_back({p + "k_proj.bias", {kv}});
+    e.push_back({p + "v_proj.bias", {kv}});
+    e.push_back({p + "o_proj.bias", {H}, true});
+  }
+  if (s.qk_norm) {
+    e.push_back({p + "q_norm.weight", {s.head_dim}});
+    e.push_back({p + "k_norm.weight", {s.head_dim}});
+  }
+}
+
+AttentionWeights load_attention(const Weights& ts, const std::string& p, const AttentionShape& s,
+                                Tensor inv_freq) {
+  AttentionWeights w;
+  const int64_t q = s.heads * s.head_dim, kv = s.kv_heads * s.head_dim, H = s.hidden;
+  w.q = load_linear(ts, p + "q_proj", q, H);
+  w.k = load_linear(ts, p + "k_proj", kv, H);
+  w.v = load_linear(ts, p + "v_proj", kv, H);
+  w.o = load_linear(ts, p + "o_proj", H, q);
+  if (s.bias) {
+    w.q_bias = load_f32(ts, p + "q_proj.bias", {q});
+    w.k_bias = load_f32(ts, p + "k_proj.bias", {kv});
+    w.v_bias = load_f32(ts, p + "v_proj.bias", {kv});
+    if (ts.has(p + "o_proj.bias")) w.o_bias = load_f32(ts, p + "o_proj.bias", {H});
+  }
+  if (s.qk_norm) {
+    w.q_norm = load_norm(ts, p + "q_norm.weight", s.head_dim, s.norm_plus_one);
+    w.k_norm = load_norm(ts, p + "k_norm.weight", s.head_dim, s.norm_plus_one);
+  }
+  w.inv_freq = std::move(inv_freq);
+  return w;
+}
+
+namespace {
+
+Tensor project(const Tensor& x, const Linear& w, const Tensor& bias) {
+  Tensor y = ops::matmul(x, w);
+  if (bias.defined()) ops::add_inplace(y, bias);
+  return y;
+}
+
+}  // namespace
+
+Tensor attention(const AttentionWeights& w, const AttentionShape& s, const Tensor& x, const Tensor& positions,
+                 KvCache& cache) {
+  const int64_t T = x.dim(0);
+  Tensor q = project(x, w.q, w.q_bias).reshape({T, s.heads, s.head_dim});
+  Tensor k = project(x, w.k, w.k_bias).reshape({T, s.kv_heads, s.head_dim});
+  Tensor v = project(x, w.v, w.v_bias).reshape({T, s.kv_heads, s.head_dim});
+  if (s.qk_norm) {
+    q = ops::rms_norm(q, w.q_norm, s.eps);
+    k = ops::rms_norm(k, w.k_norm, s.eps);
+  }
+  ops::rope_inplace(q, positions, w.inv_freq, false);
+  ops::rope_inplace(k, positions, w.inv_freq, false);
+  cache.append(k, v);
+  AttentionParams ap;
+  ap.scale = s.scale;
+  ap.window = s.window;
+  Tensor out = ops::attention(q, cache.keys(), cache.values(), positions, cache.positions(), ap);
+  return project(out.reshape({T, s.heads * s.head_dim}), w.o, w.o_bias);
+}
+
+void expect_mlp(const std::string& p, int64_t I, int64_t H, std::vector<ExpectedTensor>& e) {
+  e.push_back({p + "gate_proj.weight", {I, H}});
+  e.push_back({p + "up_proj.weight", {I, H}});
+  e.push_back({p + "down_proj.weight", {H, I}});
+}
+
+Mlp load_mlp(const Weights& ts, const std::string& p, int64_t I, int64_t H) {
+  return {load_linear(ts, p + "gate_proj", I, H), load_linear(ts, p + "up_proj", I, H),
+          load_linear(ts, p + "down_proj", H, I)};
+}
+
+Tensor gated_mlp(const Mlp& m, Unary act, const Tensor& x) {
+  return ops::matmul(ops::gated(act, ops::matmul(x, m.gate), ops::matmul(x, m.up)), m.down);
+}
+
+void expect_softmax_moe(const std::string& p, int64_t E, int64_t I, int64_t H,
+                        const std::function<bool(const std::string&)>& has, std::vector<ExpectedTensor>& e) {
+  e.push_back({p + "gate.weight", {E, H}});
+  const std::string x = p + "experts.";
+  if (has(x + "gate_up_proj") || has(x + "gate_up_proj.weight")) {
+    const std::string s = has(x + "gate_up_proj") ? "" : ".weight";
+    e.push_back({x + "gate_up_proj" + s, {E, 2 * I, H}});
+    e.push_back({x + "down_proj" + s, {E, H, I}});
+  } else if (has(x + "gate_proj.weight")) {
+    e.push_back({x + "gate_proj.weight", {E, I, H}});
+    e.push_back({x + "up_proj.weight", {E, I, H}});
+    e.push_back({x + "down_proj.weight", {E, H, I}});
+  } else {
+    for (int64_t i = 0; i < E; i++) expect_mlp(x + std::to_string(i) + ".", I, H, e);
+  }
+}
+
+SoftmaxMoe load_softmax_moe(const Weights& ts, const std::string& p, int64_t E, int64_t I, int64_t H,
+                            int top_k, bool renormalize) {
+  SoftmaxMoe m;
+  m.router = load_linear(ts, p + "gate", E, H);
+  m.top_k = top_k;
+  m.renormalize = renormalize;
+  const std::string x = p + "experts.";
+  if (ts.has(x + "gate_up_proj") || ts.has(x + "gate_up_proj.weight")) {
+    const std::string s = ts.has(x + "gate_up_proj") ? "" : ".weight";
+    Linear gu = load_stacked(ts, x + "gate_up_proj" + s, E, 2 * I, H);
+    m.gate = gu.rows(0, I);
+    m.up = gu.rows(I, 2 * I);
+    m.down = load_stacked(ts, x + "down_proj" + s, E, H, I);
+  } else if (ts.has(x + "gate_proj.weight")) {
+    m.gate = load_stacked(ts, x + "gate_proj.weight", E, I, H);
+    m.up = load_stacked(ts, x + "up_proj.weight", E, I, H);
+    m.down = load_stacked(ts, x + "down_proj.weight", E, H, I);
+  } else {
+    auto name = [&x](const char* proj) {
+      return [&x, proj](int64_t e) { return x + std::to_string(e) + "." + proj; };
+    };
+    m.gate = load_experts(ts, name("gate_proj"), E, I, H);
+    m.up = load_experts(ts, name("up_proj"), E, I, H);
+    m.down = load_experts(ts, name("down_proj"), E, H, I);
+  }
+  return m;
+}
+
+Tensor softmax_moe(const SoftmaxMoe& m, Unary act, const Tensor& x) {
+  // Routing stays on the device: softmax over experts, top k (renormalised), each row through its experts.
+  RouteParams rp;
+  rp.kind = RouteParams::Softmax;
+  rp.k = m.top_k;
+  rp.renormalize = m.renormalize;
+  Tensor weights, experts;
+  ops::route(ops::matmul(x, m.router), rp, &weights, &experts);
+  Tensor g = ops::matmul_experts(x, m.gate, experts), u = ops::matmul_experts(x, m.up, experts);
+  return ops::combine_rows(ops::matmul_experts(ops::gated(act, g, u), m.down, experts), weights);
+}
+
+}  // namespace vatic::blocks

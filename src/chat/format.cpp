@@ -45,6 +45,12 @@ std::unique_ptr<Parser> make_parser(std::string_view name, const ParserOptions& 
   throw InvalidInput(fmt::format("unknown parser \"{}\" (valid: {})", name, join(parser_names())));
 }
 
+ParserCapabilities parser_capabilities(std::string_view parser) {
+  if (parser == "gemma4" || parser == "glm-4.7" || parser == "qwen3") return {true, true};
+  if (parser == "llama3") return {true, false};
+  return {};
+}
+
 bool template_matches_renderer(std::string_view renderer, std::string_view chat_template) {
   // A marker each format's official template writes; a template without it follows some other format.
   std::string_view marker;

@@ -18,4 +18,11 @@ struct ChatFormat {
 // the format of `renderer` (a make_renderer name). False for unknown renderers.
 bool template_matches_renderer(std::string_view renderer, std::string_view chat_template);
 
+// What a parser recognises in the output: tool calls, thinking. Both false for unknown names.
+struct ParserCapabilities {
+  bool tools = false;
+  bool thinking = false;
+};
+ParserCapabilities parser_capabilities(std::string_view parser);
+
 }  // namespace vatic::chat

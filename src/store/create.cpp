@@ -609,10 +609,9 @@ ModelInfo ModelStore::create(const std::string& name, const Modelfile& mf, const
       cfg["kv_bytes_per_token"] = c.kv_bytes_per_token;
     }
     std::vector<std::string> caps{"completion"};
-    if (parser == chat_defaults.parser) {
-      if (chat_defaults.tools) caps.push_back("tools");
-      if (chat_defaults.thinking) caps.push_back("thinking");
-    }
+    const chat::ParserCapabilities pc = chat::parser_capabilities(parser);
+    if (pc.tools) caps.push_back("tools");
+    if (pc.thinking) caps.push_back("thinking");
     cfg["capabilities"] = caps;
     cfg["renderer"] = renderer;
     cfg["parser"] = parser;

@@ -24,10 +24,13 @@ std::vector<std::string> renderer_names() {
   return {"gemma4", "gemma4-small", "gemma4-large", "glm-4.7", "llama3", "qwen3", "gemma3"};
 }
 
-std::vector<std::string> parser_names() { return {"gemma4", "glm-4.7", "llama3", "qwen3", "gemma3"}; }
+std::vector<std::string> parser_names() {
+  return {"gemma4", "glm-4.7", "llama3", "qwen3", "gemma3"};
+}
 
 std::unique_ptr<Renderer> make_renderer(std::string_view name) {
-  if (name == "gemma4" || name == "gemma4-small") return std::make_unique<Gemma4Renderer>(std::string(name), false);
+  if (name == "gemma4" || name == "gemma4-small")
+    return std::make_unique<Gemma4Renderer>(std::string(name), false);
   if (name == "gemma4-large") return std::make_unique<Gemma4Renderer>(std::string(name), true);
   if (name == "glm-4.7") return std::make_unique<Glm47Renderer>();
   if (name == "llama3") return std::make_unique<Llama3Renderer>();
@@ -45,15 +48,27 @@ std::unique_ptr<Parser> make_parser(std::string_view name, const ParserOptions& 
   throw InvalidInput(fmt::format("unknown parser \"{}\" (valid: {})", name, join(parser_names())));
 }
 
+ParserCapabilities parser_capabilities(std::string_view parser) {
+  if (parser == "gemma4" || parser == "glm-4.7" || parser == "qwen3") return {true, true};
+  if (parser == "llama3") return {true, false};
+  return {};
+}
+
 bool template_matches_renderer(std::string_view renderer, std::string_view chat_template) {
   // A marker each format's official template writes; a template without it follows some other format.
   std::string_view marker;
-  if (renderer == "gemma4" || renderer == "gemma4-small" || renderer == "gemma4-large") marker = "<|turn>";
-  else if (renderer == "glm-4.7") marker = "[gMASK]";
-  else if (renderer == "llama3") marker = "<|start_header_id|>";
-  else if (renderer == "qwen3") marker = "<|im_start|>";
-  else if (renderer == "gemma3") marker = "<start_of_turn>";
-  else return false;
+  if (renderer == "gemma4" || renderer == "gemma4-small" || renderer == "gemma4-large")
+    marker = "<|turn>";
+  else if (renderer == "glm-4.7")
+    marker = "[gMASK]";
+  else if (renderer == "llama3")
+    marker = "<|start_header_id|>";
+  else if (renderer == "qwen3")
+    marker = "<|im_start|>";
+  else if (renderer == "gemma3")
+    marker = "<start_of_turn>";
+  else
+    return false;
   return chat_template.find(marker) != std::string_view::npos;
 }
 

@@ -508,8 +508,15 @@ ModelInfo ModelStore::create(const std::string& name, const Modelfile& mf, const
                                    target.arch));
   std::optional<ModelInput> draft;
   if (!mf.draft.empty()) {
-    draft = mf.draft.is_path() ? load_directory(mf.draft.path, "DRAFT")
-                               : load_stored(*this, mf.draft.text, true, "DRAFT");
+    if (mf.draft.is_path()) {
+      draft = load_directory(mf.draft.path, "DRAFT");
+    } else {
+      // A stored model with a drafter lends its drafter; one without drafts itself (a small model of the family).
+      Manifest dm = manifest(mf.draft.text);
+      const bool has_draft =
+          std::any_of(dm.layers.begin(), dm.layers.end(), [](const ManifestLayer& l) { return l.is_draft(); });
+      draft = load_stored(*this, mf.draft.text, has_draft, "DRAFT");
+    }
   } else if (target.from_store) {
     Manifest base = manifest(mf.from.text);
     if (std::any_of(base.layers.begin(), base.layers.end(), [](const ManifestLayer& l) { return l.is_draft(); }))
@@ -602,10 +609,9 @@ ModelInfo ModelStore::create(const std::string& name, const Modelfile& mf, const
       cfg["kv_bytes_per_token"] = c.kv_bytes_per_token;
     }
     std::vector<std::string> caps{"completion"};
-    if (parser == chat_defaults.parser) {
-      if (chat_defaults.tools) caps.push_back("tools");
-      if (chat_defaults.thinking) caps.push_back("thinking");
-    }
+    const chat::ParserCapabilities pc = chat::parser_capabilities(parser);
+    if (pc.tools) caps.push_back("tools");
+    if (pc.thinking) caps.push_back("thinking");
     cfg["capabilities"] = caps;
     cfg["renderer"] = renderer;
     cfg["parser"] = parser;

@@ -10,6 +10,16 @@
 namespace vatic::chat {
 namespace {
 
+TEST(ChatFormat, ParserCapabilities) {
+  EXPECT_TRUE(parser_capabilities("qwen3").thinking);
+  EXPECT_TRUE(parser_capabilities("qwen3").tools);
+  EXPECT_TRUE(parser_capabilities("llama3").tools);
+  EXPECT_FALSE(parser_capabilities("llama3").thinking);
+  EXPECT_FALSE(parser_capabilities("gemma3").tools);
+  EXPECT_TRUE(parser_capabilities("gemma4").thinking && parser_capabilities("glm-4.7").tools);
+  EXPECT_FALSE(parser_capabilities("nope").tools);
+}
+
 TEST(ChatFormat, TemplateMarkers) {
   EXPECT_TRUE(template_matches_renderer("llama3", "{{ '<|start_header_id|>' + message['role'] }}"));
   EXPECT_TRUE(template_matches_renderer("qwen3", "{{- '<|im_start|>' + message.role }}"));

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <map>
 
+#include "engine/engine.h"
 #include "engine/generator.h"
 #include "formats/model_source.h"
 #include "models/fixture_util.h"
@@ -122,6 +123,43 @@ TEST(DraftModel, FollowsTheTargetAcrossRequestsThatReuseAPrefix) {
       }
     }
   }
+}
+
+TEST(DraftModel, EngineWithPrefixCacheRestoresStaysExact) {
+  // The engine restores a prefix the drafter never followed (it went on with another prompt meanwhile): the
+  // drafter drafts from what it has and the output stays the plain greedy one.
+  ModelSource src = ModelSource::from_directory(family_dir("qwen3-tiny"));
+  src.draft = std::make_shared<ModelSource>(ModelSource::from_directory(family_dir("qwen3-tiny")));
+  Engine engine(src);
+  ASSERT_TRUE(engine.has_drafter());
+  auto lm = load("qwen3-tiny");
+  const auto& cases = family_index()["models"]["qwen3-tiny"]["cases"];
+  auto a = ints(cases[2]["prompt"]);
+  auto b = ints(cases[1]["prompt"]);
+  GenerateOptions o;
+  o.max_tokens = 12;
+  o.draft_depth = 3;
+  o.ignore_eos = true;
+  auto run = [&](const std::vector<int32_t>& p) {
+    std::vector<int32_t> out;
+    GenerateStats s = engine.generate(p, o, [&](const TokenEvent& e) {
+      out.push_back(e.token);
+      return true;
+    });
+    EXPECT_EQ(out, decode(*lm, nullptr, p, 12, 0)) << "prompt of " << p.size();
+    return std::make_pair(out, s);
+  };
+  auto [out_a, s_a] = run(a);
+  run(b);
+  // a, what it produced, and one more token: a's snapshot (prompt + 11 produced) is restored from the prefix
+  // cache while the drafter followed b.
+  std::vector<int32_t> a3 = a;
+  a3.insert(a3.end(), out_a.begin(), out_a.end());
+  a3.push_back(5);
+  auto [out_a3, s_a3] = run(a3);
+  EXPECT_EQ(s_a3.prompt_reused, static_cast<int64_t>(a.size()) + 11);
+  EXPECT_GT(s_a3.rounds, 0);
+  run(b);
 }
 
 TEST(DraftModel, VocabularyMismatchIsRefused) {

@@ -5,6 +5,7 @@
 
 #include <cstdio>
 
+#include "chat/format.h"
 #include "chat/parser.h"
 #include "chat/renderer.h"
 #include "formats/model_source.h"
@@ -242,6 +243,8 @@ TEST(FamilyRegistry, ChatDefaultsNameFormatsThatExist) {
       ASSERT_FALSE(d.renderer.empty()) << a;
       EXPECT_EQ(chat::make_renderer(d.renderer)->name(), d.renderer);
       EXPECT_TRUE(chat::make_parser(d.parser));
+      EXPECT_EQ(chat::parser_capabilities(d.parser).tools, d.tools) << a;
+      EXPECT_EQ(chat::parser_capabilities(d.parser).thinking, d.thinking) << a;
     }
   }
   // Gemma 4: the per-layer-embedding models (E2B/E4B) take the small template, the others the large one.

@@ -694,6 +694,15 @@ TEST_F(StoreTest, DraftModelIsKeptWithItsTarget) {
   // Re-created from the stored model, the drafter comes along.
   ModelInfo copy = create("llama-spec-2", "FROM llama-spec\n");
   EXPECT_TRUE(copy.draft.present);
+  // A stored model without a drafter of its own drafts itself.
+  create("small-llama", "FROM ../families/llama-untied-bias-tiny\n", "int8");
+  ModelInfo by_name = create("llama-spec-3", "FROM ../families/llama3-tiny\nDRAFT small-llama\n");
+  ASSERT_TRUE(by_name.draft.present);
+  EXPECT_EQ(by_name.draft.quantization, "int8");
+  ModelSource s3 = store_->resolve("llama-spec-3");
+  ASSERT_TRUE(s3.draft);
+  auto t3 = load_language_model(s3);
+  EXPECT_TRUE(load_drafter(*t3, s3.draft.get()));
   // A Qwen3 dense model drafts for Qwen3-MoE: same tokenizer.
   EXPECT_TRUE(create("qwen-spec", "FROM ../families/qwen3-moe-tiny\nDRAFT ../families/qwen3-tiny\n").draft.present);
   expect_consistent();

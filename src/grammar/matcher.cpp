@@ -134,23 +134,66 @@ CompiledGrammar::CompiledGrammar(Automaton automaton, std::shared_ptr<const Toke
 CompiledGrammar::~CompiledGrammar() = default;
 
 CompiledGrammar::NodeMask CompiledGrammar::build(int32_t node) const {
+  // The walk of `walk()` specialised for the whole sorted vocabulary: whole first-byte ranges the node cannot
+  // start are skipped, and so is every token extending a prefix on which all stacks died.
+  struct Level {
+    uint32_t begin, end;
+    bool ended, ended_before;
+  };
   NodeMask m;
   Pda pda(a_);
-  std::vector<int32_t> accepted, rejected;
-  walk(pda, *vocab_, {pda.intern(node, -1)}, false, vocab_->sorted(), [&](int32_t id, Verdict v) {
-    if (v == Verdict::Accept)
-      accepted.push_back(id);
-    else if (v == Verdict::Uncertain)
-      m.uncertain.push_back(id);
-    else
-      rejected.push_back(id);
-  });
-  if (accepted.size() > rejected.size() + m.uncertain.size()) {
-    m.inverted = true;
-    m.ids = std::move(rejected);
-    m.ids.insert(m.ids.end(), m.uncertain.begin(), m.uncertain.end());
-  } else {
-    m.ids = std::move(accepted);
+  const TokenVocab& v = *vocab_;
+  const auto& sorted = v.sorted();
+  const auto& lcp = v.lcp();
+  TokenBitset acc(with_bytes_.size(), 0);
+  size_t n_acc = 0;
+  std::vector<int32_t> arena;
+  std::vector<Level> levels;
+  const int32_t start = pda.intern(node, -1);
+  for (int b = 0; b < 256; b++) {
+    size_t i = v.first_byte_begin(b);
+    const size_t end = v.first_byte_begin(b + 1);
+    if (i == end || a_.step(node, static_cast<unsigned char>(b)) < 0) continue;
+    arena.assign(1, start);
+    levels.assign(1, {0, 1, false, false});
+    bool first = true;
+    while (i < end) {
+      const std::string& s = v.bytes(sorted[i]);
+      size_t d = first ? 0 : std::min<size_t>(lcp[i], levels.size() - 1);
+      first = false;
+      levels.resize(d + 1);
+      arena.resize(levels[d].end);
+      while (d < s.size()) {
+        const Level l = levels[d];
+        if (l.begin == l.end) break;
+        bool ended = false;
+        pda.step(arena, l.begin, l.end, static_cast<unsigned char>(s[d]), ended);
+        levels.push_back({l.end, static_cast<uint32_t>(arena.size()), ended, l.ended_before || l.ended});
+        d++;
+      }
+      const Level l = levels[d];
+      auto classify = [&](int32_t id, size_t len) {
+        if (d == len && (l.begin != l.end || l.ended)) {
+          set_bit(acc.data(), id);
+          n_acc++;
+        } else if (l.ended_before || (d < len && l.ended)) {
+          m.uncertain.push_back(id);
+        }
+      };
+      classify(sorted[i], s.size());
+      i++;
+      if (l.begin == l.end)  // every token that extends this dead prefix ends the same way
+        for (; i < end && lcp[i] >= d; i++) classify(sorted[i], v.bytes(sorted[i]).size());
+    }
+  }
+  const size_t n_tokens = sorted.size();
+  m.inverted = n_acc > n_tokens - n_acc;
+  for (size_t w = 0; w < acc.size(); w++) {
+    uint64_t bits = m.inverted ? with_bytes_[w] & ~acc[w] : acc[w];
+    while (bits) {
+      m.ids.push_back(static_cast<int32_t>(w * 64 + __builtin_ctzll(bits)));
+      bits &= bits - 1;
+    }
   }
   m.ids.shrink_to_fit();
   return m;

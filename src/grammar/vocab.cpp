@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <map>
+#include <optional>
 
 #include "tokenizer/impl.h"
 #include "tokenizer/tokenizer.h"
@@ -75,11 +76,14 @@ TokenVocab TokenVocab::from_tokenizer(const Tokenizer& tok, int64_t size) {
   std::vector<char32_t> cps;
   const int64_t n = std::min<int64_t>(size, tok.vocab_size());
   for (int32_t id = 0; id < n; id++) {
+    // Added tokens go through the decoder too (as Tokenizer::decode does); special ones are never text.
+    std::optional<std::string_view> s;
     if (const tok::AddedToken* t = impl.added_token(id)) {
-      if (!t->special) v.bytes_[id] = t->content;
-      continue;
+      if (t->special) continue;
+      s = t->content;
+    } else {
+      s = impl.id_to_token(id);
     }
-    auto s = impl.id_to_token(id);
     if (!s) continue;
     if (int b = byte_token(*s); b >= 0) {
       v.bytes_[id] = std::string(1, static_cast<char>(b));
@@ -130,6 +134,10 @@ void TokenVocab::index() {
     size_t k = 0;
     while (k < s.size() && k < p.size() && s[k] == p[k]) k++;
     lcp_[i] = static_cast<uint16_t>(std::min<size_t>(k, 65535));
+  }
+  for (int b = 0, i = 0; b <= 256; b++) {
+    while (i < static_cast<int>(sorted_.size()) && static_cast<unsigned char>(bytes_[sorted_[i]][0]) < b) i++;
+    first_[b] = b == 256 ? sorted_.size() : static_cast<size_t>(i);
   }
 }
 

@@ -26,6 +26,8 @@ class TokenVocab {
   const std::vector<int32_t>& sorted() const { return sorted_; }
   const std::vector<uint16_t>& lcp() const { return lcp_; }
   size_t max_token_bytes() const { return max_len_; }
+  // sorted()[first_byte_begin(b) .. first_byte_begin(b + 1)) are the tokens starting with byte b.
+  size_t first_byte_begin(int b) const { return first_[b]; }
 
  private:
   void index();
@@ -33,6 +35,7 @@ class TokenVocab {
   std::vector<int32_t> sorted_;
   std::vector<uint16_t> lcp_;
   size_t max_len_ = 0;
+  std::vector<size_t> first_ = std::vector<size_t>(257, 0);
 };
 
 }  // namespace vatic::grammar

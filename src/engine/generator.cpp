@@ -104,7 +104,27 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
   auto t1 = Clock::now();
   std::vector<float> logits = ops::to_vector(r.logits);
   Tensor hidden = r.hidden;
-  int32_t next = sampler.sample(sampler.distribution(logits.data()));
+  // Constrained decoding: masks[i] holds the tokens allowed at the i-th position of a round.
+  std::unique_ptr<grammar::Matcher> matcher;
+  std::vector<std::vector<uint64_t>> masks;
+  if (o.grammar) {
+    VATIC_CHECK(o.grammar->vocab_size() == V, "grammar vocabulary of {} tokens for a model with {}", o.grammar->vocab_size(), V);
+    std::vector<int32_t> stops = model_.info().eos_ids;
+    stops.insert(stops.end(), o.extra_stop_ids.begin(), o.extra_stop_ids.end());
+    matcher = std::make_unique<grammar::Matcher>(o.grammar, stops);
+    masks.assign(1, std::vector<uint64_t>(matcher->mask_words()));
+  }
+  auto mask_at = [&](size_t i) -> const uint64_t* {
+    if (!matcher) return nullptr;
+    if (masks.size() <= i) masks.resize(i + 1, std::vector<uint64_t>(matcher->mask_words()));
+    matcher->fill_mask(masks[i].data());
+    return masks[i].data();
+  };
+  auto advance = [&](int32_t tok) {
+    if (matcher) VATIC_CHECK(matcher->accept(tok), "token {} is outside the grammar", tok);
+  };
+  int32_t next = sampler.sample(sampler.distribution(logits.data(), {}, mask_at(0)));
+  advance(next);
 
   DepthController* depth = depth_;
   if (drafter_ && !depth && o.draft_depth < 0) {
@@ -115,7 +135,10 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
   const bool want_logprobs = o.sampling.logprobs || o.sampling.top_logprobs > 0;
   // Emits `tok` (sampled from the raw logits row `row`); returns false when generation is over.
   auto emit = [&](int32_t tok, const float* row) -> bool {
-    if (is_stop(tok, o)) {
+    // Under a grammar a stop token always ends generation (it is only allowed once the output is complete).
+    const bool grammar_stop = matcher && (std::count(model_.info().eos_ids.begin(), model_.info().eos_ids.end(), tok) ||
+                                          std::count(o.extra_stop_ids.begin(), o.extra_stop_ids.end(), tok));
+    if (is_stop(tok, o) || grammar_stop) {
       stats.done_reason = "stop";
       return false;
     }
@@ -166,7 +189,8 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       if (drafter_ && drafter_->wants_hidden()) drafter_->observe({next}, s.hidden, pos);
       logits = ops::to_vector(s.logits);
       hidden = s.hidden;
-      next = sampler.sample(sampler.distribution(logits.data()));
+      next = sampler.sample(sampler.distribution(logits.data(), {}, mask_at(0)));
+      advance(next);
       next_row = logits;
       if (drafter_ && depth) depth->record(0, 0, clock_() - round_start);
       continue;
@@ -179,8 +203,11 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       std::vector<float> v = ops::to_vector(dl);
       std::vector<int32_t> hist(chain.begin(), chain.end());
       hist.insert(hist.begin(), next);
-      Distribution d = sampler.distribution(v.data(), hist);
+      // Drafts come from the allowed tokens too, so a draft never leaves the grammar; the same mask is the
+      // verification mask of this position.
+      Distribution d = sampler.distribution(v.data(), hist, mask_at(chain.size()));
       int32_t t = sampler.options().greedy() ? d.ids[0] : sampler.sample(d);
+      advance(t);
       chain.push_back(t);
       q.push_back(std::move(d));
       return t;
@@ -188,13 +215,14 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     // Verify [next, d1..dk] in one target forward.
     std::vector<int32_t> verify = {next};
     verify.insert(verify.end(), chain.begin(), chain.end());
+    if (matcher) mask_at(chain.size());  // the bonus position
     ForwardResult vr = model_.forward(state, verify, k + 1);
     std::vector<float> vl = ops::to_vector(vr.logits);
     int accepted = 0;
     int32_t follow = -1;
     std::vector<int32_t> hist = {next};
     for (int i = 0; i <= k; i++) {
-      Distribution p = sampler.distribution(vl.data() + i * V, hist);
+      Distribution p = sampler.distribution(vl.data() + i * V, hist, matcher ? masks[i].data() : nullptr);
       if (i == k) {
         follow = sampler.sample(p);  // bonus token
         break;
@@ -207,6 +235,10 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       }
       accepted++;
       hist.push_back(d);
+    }
+    if (matcher) {  // keep next and the accepted drafts, then the token that follows them
+      matcher->rollback(k - accepted);
+      advance(follow);
     }
     stats.rounds++;
     stats.drafted += k;

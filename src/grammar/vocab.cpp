@@ -79,7 +79,8 @@ TokenVocab TokenVocab::from_tokenizer(const Tokenizer& tok, int64_t size) {
     // Added tokens go through the decoder too (as Tokenizer::decode does); special ones are never text.
     std::optional<std::string_view> s;
     if (const tok::AddedToken* t = impl.added_token(id)) {
-      if (t->special) continue;
+      // Some tokenizers list the byte-fallback tokens as special added tokens; they still decode to their byte.
+      if (t->special && byte_token(t->content) < 0) continue;
       s = t->content;
     } else {
       s = impl.id_to_token(id);

@@ -910,7 +910,8 @@ class SchemaCompiler {
     };
     Expr body = suffix(0);
     if (body.kind == Expr::Nothing) refuse(path, "no array satisfies minItems with these items");
-    return Expr::seq({Expr::byte('['), ws(), Expr::opt(Expr::seq({body, ws()})), Expr::byte(']')});
+    Expr content = Expr::seq({body, ws()});
+    return Expr::seq({Expr::byte('['), ws(), mn > 0 ? content : Expr::opt(content), Expr::byte(']')});
   }
 
   static constexpr const char* kDate =

@@ -14,6 +14,7 @@
 #include <httplib.h>
 
 #include "engine/engine.h"
+#include "grammar/json_schema.h"
 #include "runner/model_resolve.h"
 #include "runner/stop_strings.h"
 #include "util/error.h"
@@ -136,7 +137,7 @@ class Runner {
     }
   }
 
-  Completion prepare(const json& b) const {
+  Completion prepare(const json& b, const ordered_json& format = ordered_json()) {
     Completion c;
     if (b.contains("tokens")) {
       c.prompt = b.at("tokens").get<std::vector<int32_t>>();
@@ -181,6 +182,7 @@ class Runner {
     if (depth > 32) throw InvalidInput("option \"draft_depth\" must be at most 32");
     if (depth >= 0) g.draft_depth = depth;
     g.ignore_eos = o.value("ignore_eos", false);
+    if (auto it = b.find("format"); it != b.end() && !it->is_null()) g.grammar = grammar_for(format);
     g.extra_stop_ids = stop_ids_;
     if (auto it = o.find("stop"); it != o.end() && !it->is_null()) {
       if (it->is_string()) {
@@ -197,13 +199,37 @@ class Runner {
     return c;
   }
 
+  // The compiled grammar of a `format` ("json" or a JSON schema object), cached per schema text. Compiling
+  // and the per-node token classes happen here, before the response starts, so a bad schema is a 400.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar_for(const ordered_json& format) {
+    if (!(format.is_string() && format.get<std::string>() == "json") && !format.is_object())
+      throw InvalidInput("format must be \"json\" or a JSON schema object");
+    const std::string key = format.dump();
+    if (auto g = grammars_.get(key)) return g;
+    const Tokenizer* tok = engine_->tokenizer();
+    if (!tok) throw InvalidInput("structured output needs the model's tokenizer, and this model has none");
+    {
+      std::lock_guard<std::mutex> lk(vocab_mu_);
+      if (!vocab_)
+        vocab_ = std::make_shared<grammar::TokenVocab>(grammar::TokenVocab::from_tokenizer(*tok, engine_->info().vocab_size));
+    }
+    grammar::Grammar g = format.is_string() ? grammar::json_object_grammar()
+                                            : grammar::json_schema_grammar(format);
+    auto cg = std::make_shared<grammar::CompiledGrammar>(grammar::compile(g), vocab_);
+    cg->precompute_all();
+    grammars_.put(key, cg);
+    return cg;
+  }
+
   void completion(const httplib::Request& req, httplib::Response& res) {
     std::shared_ptr<Completion> c;
     json body;
     try {
       body = parse(req.body);
       if (!body.is_object()) throw InvalidInput("request body must be a JSON object");
-      c = std::make_shared<Completion>(prepare(body));
+      // The schema's property order sets the output's: read it again, in order.
+      const ordered_json format = body.contains("format") ? ordered_json::parse(req.body)["format"] : ordered_json();
+      c = std::make_shared<Completion>(prepare(body, format));
     } catch (const InvalidInput& e) {
       return send_error(res, 400, e.what());
     } catch (const json::exception& e) {
@@ -294,6 +320,9 @@ class Runner {
   std::unique_ptr<Engine> engine_;
   std::vector<int32_t> stop_ids_;
   mutable std::mutex mu_;
+  std::mutex vocab_mu_;
+  std::shared_ptr<const grammar::TokenVocab> vocab_;
+  grammar::GrammarCache grammars_;
   int64_t requests_ = 0, cancelled_ = 0;
   json last_ = json::object();
 };

@@ -150,6 +150,23 @@ void add_extension_stats(ordered_json& out, const GenResult& r) {
   if (r.stats.contains("speculative")) out["speculative"] = ordered_json::parse(r.stats["speculative"].dump());
 }
 
+std::optional<bool> think_with_format(const ordered_json& format, std::optional<bool> think) {
+  if (format.is_null()) return think;
+  if (think.value_or(false))
+    throw HttpError(400, "thinking together with a format (structured output) is not supported: the format applies "
+                         "from the first token");
+  return false;
+}
+
+namespace {
+// Adds "format" to a runner request body, keeping the schema's property order (which sets the output's).
+std::string with_format(std::string body, const ordered_json& format) {
+  if (format.is_null() || body.empty() || body.back() != '}') return body;
+  body.pop_back();
+  return body + ",\"format\":" + format.dump() + "}";
+}
+}  // namespace
+
 Generation::Generation(Scheduler& sched, GenRequest req) : req_(std::move(req)) {
   lease_ = sched.acquire(req_.model, req_.keep_alive, req_.num_ctx);
   json body = {{"prompt", req_.prompt}, {"add_special", req_.add_special}, {"options", req_.options},
@@ -158,7 +175,7 @@ Generation::Generation(Scheduler& sched, GenRequest req) : req_(std::move(req)) 
   cli.set_connection_timeout(5, 0);
   const double timeout = std::min(60.0, runner_timeout());
   cli.set_read_timeout(static_cast<time_t>(std::max(1.0, timeout)), 0);
-  auto res = cli.Post("/completion", dump(body), "application/json");
+  auto res = cli.Post("/completion", with_format(dump(body), req_.format), "application/json");
   if (!res) {
     std::string why = res.error() == httplib::Error::Read
                           ? fmt::format("no answer from the runner within {:.0f}s", timeout)
@@ -251,7 +268,7 @@ GenResult Generation::run(const std::function<bool(const GenPiece&)>& on_piece) 
   httplib::Request hreq;
   hreq.method = "POST";
   hreq.path = "/completion";
-  hreq.body = dump(body);
+  hreq.body = with_format(dump(body), req_.format);
   hreq.set_header("Content-Type", "application/json");
   std::string error_body;
   hreq.response_handler = [&](const httplib::Response& r) {

@@ -42,10 +42,16 @@ struct GenRequest {
   int top_logprobs = 0;
   std::optional<double> keep_alive;
   int64_t num_ctx = 0;
+  // Structured output: null, "json" (any JSON object) or a JSON schema (the runner compiles it; order kept).
+  ordered_json format;
   // Output parsing (thinking, tool calls); empty parser = raw text.
   std::string parser;
   chat::ParserOptions parser_options;
 };
+
+// The thinking setting under structured output: the grammar constrains the output from its first token, so
+// thinking is off unless asked for, and asking for it is refused (HttpError 400).
+std::optional<bool> think_with_format(const ordered_json& format, std::optional<bool> think);
 
 // Merges request options over the model's PARAMETERs into runner options, checking types (HttpError 400).
 // Sets num_ctx from the result.

@@ -202,6 +202,16 @@ TEST(Grammar, PatternsAndFormats) {
   EXPECT_FALSE(accepts_text(mu, "\"ac\"", u->vocab()));
 }
 
+TEST(Grammar, ArrayCounts) {
+  auto g = compile_schema(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":2})", small_vocab());
+  Matcher m(g, {1});
+  EXPECT_FALSE(accepts_text(m, "[]", g->vocab()));
+  EXPECT_FALSE(accepts_text(m, "[ ]", g->vocab()));
+  EXPECT_TRUE(accepts_text(m, "[1]", g->vocab()));
+  EXPECT_TRUE(accepts_text(m, "[1, 2]", g->vocab()));
+  EXPECT_FALSE(accepts_text(m, "[1, 2, 3]", g->vocab()));
+}
+
 TEST(Grammar, IntegerAndNumberRanges) {
   auto g = compile_schema(R"({"type":"integer","minimum":-12,"exclusiveMaximum":105})", small_vocab());
   Matcher m(g, {1});

@@ -554,9 +554,13 @@ class SchemaCompiler {
   int rule_for(const ordered_json& s, const std::string& path) {
     auto it = rules_.find(path);
     if (it != rules_.end()) return it->second;
+    if (depth_ >= kMaxDepth) refuse(path, fmt::format("the schema nests deeper than {} levels", kMaxDepth));
     int r = g_.declare(path);
     rules_[path] = r;
-    g_.define(r, schema_expr(s, path));
+    depth_++;
+    Expr body = schema_expr(s, path);
+    depth_--;
+    g_.define(r, std::move(body));
     return r;
   }
 
@@ -875,6 +879,7 @@ class SchemaCompiler {
     std::vector<int> prefix;
     if (auto it = s.find("prefixItems"); it != s.end()) {
       if (!it->is_array()) refuse(path, "prefixItems must be an array of schemas");
+      if (it->size() > 256) refuse_keyword(path, "prefixItems", "at most 256 schemas");
       for (size_t i = 0; i < it->size(); i++) prefix.push_back(rule_for((*it)[i], fmt::format("{}/prefixItems/{}", path, i)));
     }
     int item = -1;  // -1: no further items
@@ -924,6 +929,8 @@ class SchemaCompiler {
   Grammar g_;
   std::map<std::string, int> rules_;
   int string_ = -1, value_ = -1, any_object_ = -1;
+  static constexpr int kMaxDepth = 64;
+  int depth_ = 0;
 };
 
 }  // namespace

@@ -253,6 +253,9 @@ TEST(Grammar, RefusesWhatItCannotHonour) {
   refused(R"({"if":{"type":"string"},"then":{}})", "if");
   refused(R"([1,2])", "object or a boolean");
   refused(R"({"allOf":[{"type":"string"},{"minLength":2}]})", "allOf");
+  std::string deep = R"({"type":"string"})";
+  for (int i = 0; i < 200; i++) deep = R"({"type":"array","items":)" + deep + "}";
+  refused(deep, "deeper");
 }
 
 TEST(Grammar, RecursionWithoutOutputIsRefused) {

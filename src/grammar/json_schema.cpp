@@ -504,13 +504,10 @@ std::string escape_pointer(const std::string& s) {
 
 class SchemaCompiler {
  public:
-  explicit SchemaCompiler(const ordered_json& root) : root_(root) {}
+  // Rules go into `g`; `prefix` keeps the rule names of several documents compiled into one grammar apart.
+  SchemaCompiler(const ordered_json& root, Grammar& g, std::string prefix = "") : root_(root), g_(g), prefix_(std::move(prefix)) {}
 
-  Grammar run() {
-    g_.root = rule_for(root_, "#");
-    return std::move(g_);
-  }
-  Grammar& grammar() { return g_; }
+  int root_rule() { return rule_for(root_, "#"); }
 
   Expr ws() {
     return Expr::alt({Expr::empty(), Expr::byte(' '),
@@ -554,8 +551,9 @@ class SchemaCompiler {
   int rule_for(const ordered_json& s, const std::string& path) {
     auto it = rules_.find(path);
     if (it != rules_.end()) return it->second;
+    if (s.is_object() && s.empty()) return value_rule();
     if (depth_ >= kMaxDepth) refuse(path, fmt::format("the schema nests deeper than {} levels", kMaxDepth));
-    int r = g_.declare(path);
+    int r = g_.declare(prefix_ + path);
     rules_[path] = r;
     depth_++;
     Expr body = schema_expr(s, path);
@@ -739,8 +737,11 @@ class SchemaCompiler {
           {"time", kTime},
           {"date-time", std::string(kDate) + "T" + kTime},
           {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+          // Bounded (a local part of at most three dot-separated atoms, at most three domain labels), so a model
+          // cannot wander inside an address.
           {"email",
-           "[a-zA-Z0-9_+-]+(?:\\.[a-zA-Z0-9_+-]+)*@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]*[a-zA-Z0-9])?\\.)+[a-zA-Z]{2,12}"},
+           "[a-zA-Z0-9_+-]{1,32}(?:\\.[a-zA-Z0-9_+-]{1,32}){0,2}@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?\\.){1,3}"
+           "[a-zA-Z]{2,12}"},
           {"ipv4", "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"},
       };
       auto it = formats.find(f);
@@ -857,8 +858,8 @@ class SchemaCompiler {
     const size_t n = props.size();
     std::vector<int> S(n + 1), T(n + 1);
     for (size_t i = 0; i <= n; i++) {
-      S[i] = g_.declare(fmt::format("{}#S{}", path, i));
-      T[i] = g_.declare(fmt::format("{}#T{}", path, i));
+      S[i] = g_.declare(fmt::format("{}{}#S{}", prefix_, path, i));
+      T[i] = g_.declare(fmt::format("{}{}#T{}", prefix_, path, i));
     }
     g_.define(S[n], extra >= 0 ? Expr::opt(Expr::seq({extra_pair, Expr::star(Expr::seq({sep(), extra_pair}))})) : Expr::empty());
     g_.define(T[n], extra >= 0 ? Expr::star(Expr::seq({sep(), extra_pair})) : Expr::empty());
@@ -926,7 +927,8 @@ class SchemaCompiler {
       "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,6})?(?:Z|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)";
 
   const ordered_json& root_;
-  Grammar g_;
+  Grammar& g_;
+  std::string prefix_;
   std::map<std::string, int> rules_;
   int string_ = -1, value_ = -1, any_object_ = -1;
   static constexpr int kMaxDepth = 64;
@@ -944,14 +946,41 @@ Expr regex_string_content(Grammar& g, std::string_view pattern) {
   return Expr::seq({a_start ? Expr::empty() : any, std::move(e), a_end ? Expr::empty() : Expr::star(json_char())});
 }
 
-Grammar json_schema_grammar(const ordered_json& schema) { return SchemaCompiler(schema).run(); }
+Grammar json_schema_grammar(const ordered_json& schema) {
+  Grammar g;
+  SchemaCompiler c(schema, g);
+  g.root = c.root_rule();
+  return g;
+}
 
 Grammar json_object_grammar() {
+  Grammar g;
   ordered_json dummy = ordered_json::object();
-  SchemaCompiler c(dummy);
-  Grammar& g = c.grammar();
+  SchemaCompiler c(dummy, g);
   g.root = c.any_object_rule();
-  return std::move(g);
+  return g;
+}
+
+Grammar tool_call_grammar(const std::vector<ToolSpec>& tools, const ToolCallSyntax& syntax, int max_calls) {
+  if (tools.empty()) throw InvalidInput("tool calls were required, but no tools were given");
+  if (max_calls < 1) throw InvalidInput("at least one tool call must be allowed");
+  Grammar g;
+  std::vector<Expr> calls;
+  for (size_t i = 0; i < tools.size(); i++) {
+    const ordered_json& params =
+        tools[i].parameters.is_null() ? ordered_json::object({{"type", "object"}}) : tools[i].parameters;
+    SchemaCompiler c(params, g, fmt::format("tool {} ", tools[i].name));
+    int args;
+    try {
+      args = c.root_rule();
+    } catch (const InvalidInput& e) {
+      throw InvalidInput(fmt::format("parameters of tool \"{}\": {}", tools[i].name, e.what()));
+    }
+    calls.push_back(Expr::seq({Expr::lit(syntax.open), Expr::lit(syntax.prefix + tools[i].name), Expr::ref(args),
+                               Expr::lit(syntax.close)}));
+  }
+  g.root = g.add("tool calls", Expr::repeat(Expr::alt(std::move(calls)), 1, max_calls));
+  return g;
 }
 
 }  // namespace vatic::grammar

@@ -12,7 +12,9 @@
 // Choices that narrow the language (every output still validates): properties come in the schema's order, an
 // object without additionalProperties gets no extra properties, whitespace is "", " " or one or two newlines
 // followed by at most 20 spaces or tabs, numbers have at most 16 integer and 15 fraction digits.
+#include <string>
 #include <string_view>
+#include <vector>
 
 #include "grammar/grammar.h"
 #include "util/json.h"
@@ -23,6 +25,18 @@ namespace vatic::grammar {
 Grammar json_schema_grammar(const ordered_json& schema);
 // JSON mode: any JSON object.
 Grammar json_object_grammar();
+
+// Tool calls in a chat format's syntax: one to `max_calls` calls, each `open prefix NAME ARGS close`, where ARGS
+// is a JSON object following the tool's parameters schema (any object when the tool has none). open and close are
+// grammar bytes: TokenVocab::special_bytes(content) for a special token, the text itself otherwise.
+struct ToolSpec {
+  std::string name;
+  ordered_json parameters;
+};
+struct ToolCallSyntax {
+  std::string open, prefix, close;
+};
+Grammar tool_call_grammar(const std::vector<ToolSpec>& tools, const ToolCallSyntax& syntax, int max_calls);
 // The content (between the quotes) of a JSON string whose value matches the regular expression `pattern`
 // (unanchored unless it starts with ^ / ends with $, as JSON Schema's pattern). Adds helper rules to `g`.
 Expr regex_string_content(Grammar& g, std::string_view pattern);

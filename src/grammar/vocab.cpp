@@ -80,14 +80,17 @@ TokenVocab TokenVocab::from_tokenizer(const Tokenizer& tok, int64_t size) {
     std::optional<std::string_view> s;
     if (const tok::AddedToken* t = impl.added_token(id)) {
       // Some tokenizers list the byte-fallback tokens as special added tokens; they still decode to their byte.
-      if (t->special && byte_token(t->content) < 0) continue;
+      if (t->special && byte_token(t->content) < 0) {
+        v.bytes_[id] = special_bytes(t->content);
+        continue;
+      }
       s = t->content;
     } else {
       s = impl.id_to_token(id);
     }
     if (!s) continue;
     if (int b = byte_token(*s); b >= 0) {
-      v.bytes_[id] = std::string(1, static_cast<char>(b));
+      if (b != 0xFF) v.bytes_[id] = std::string(1, static_cast<char>(b));
       continue;
     }
     std::string text;
@@ -112,6 +115,8 @@ TokenVocab TokenVocab::from_tokenizer(const Tokenizer& tok, int64_t size) {
       }
       if (ok) text = raw;
     }
+    // Text with a 0xFF byte is not UTF-8 (and 0xFF marks special tokens): never allowed.
+    if (text.find('\xFF') != std::string::npos) text.clear();
     v.bytes_[id] = std::move(text);
   }
   v.index();

@@ -4,6 +4,7 @@
 // with a common prefix, as a walk over a trie would.
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace vatic {
@@ -14,11 +15,16 @@ namespace vatic::grammar {
 
 class TokenVocab {
  public:
-  // `size` is the model's vocabulary (it may exceed the tokenizer's). Special tokens and ids without text get no
-  // bytes: the grammar never allows them (stop tokens are handled separately).
+  // `size` is the model's vocabulary (it may exceed the tokenizer's). Special tokens read as special_bytes(content),
+  // which only grammars that name them allow; ids without text get no bytes and are never allowed (stop tokens are
+  // handled separately).
   static TokenVocab from_tokenizer(const Tokenizer& tok, int64_t size);
   // For tests: token i is `bytes[i]` (empty = never allowed).
   static TokenVocab from_bytes(std::vector<std::string> bytes);
+
+  // What a special token reads as in a grammar: its content between two 0xFF bytes. 0xFF never occurs in UTF-8,
+  // so text tokens holding it are left out and only the special token itself can match.
+  static std::string special_bytes(std::string_view content) { return "\xFF" + std::string(content) + "\xFF"; }
 
   int64_t size() const { return static_cast<int64_t>(bytes_.size()); }
   const std::string& bytes(int32_t id) const { return bytes_[id]; }

@@ -156,6 +156,12 @@ void register_openai_routes(httplib::Server& svr, ApiContext& ctx) {
       if (top < 0 || top > 20) throw HttpError(400, "top_logprobs must be between 0 and 20");
       c.g.top_logprobs = c.g.logprobs ? static_cast<int>(top) : 0;
       think = think_with_format(c.g.format, think);
+      if (auto tc = body.find("tool_choice"); tc != body.end()) {
+        c.g.tool_calls = tool_choice_spec(c.meta, *tc, tools);
+        if (!c.g.tool_calls.is_null() && !c.g.format.is_null())
+          throw HttpError(400, "response_format and a required tool call cannot be combined");
+        if (!c.g.tool_calls.is_null()) think = think_with_format(c.g.tool_calls, think);
+      }
       c.g.prompt = render_chat(c.meta, msgs, tools, think, &c.g.parser_options);
       c.g.parser = c.meta.parser;
       auto gen = std::make_shared<Generation>(ctx.sched, c.g);

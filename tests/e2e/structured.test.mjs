@@ -137,3 +137,37 @@ test('keywords vatic cannot honour and invalid schemas are refused with 400 nami
     (e) => e.status === 400 && /not/.test(e.message),
   );
 });
+
+test('openai tool_choice required / named: every call names a tool and its arguments validate', async () => {
+  const tools = [
+    { type: 'function', function: { name: 'get_weather', parameters: bounded(schemas.get_weather) } },
+    { type: 'function', function: { name: 'web_search', parameters: bounded(schemas.web_search) } },
+  ];
+  const original = { get_weather: schemas.get_weather, web_search: schemas.web_search };
+  for (const [tool_choice, seed] of [['required', 1], ['required', 2], [{ type: 'function', function: { name: 'web_search' } }, 3]]) {
+    const r = await openai.chat.completions.create({
+      model: 'tiny',
+      messages: [{ role: 'user', content: 'Use a tool.' }],
+      tools,
+      tool_choice,
+      max_tokens: 1500,
+      seed,
+    });
+    const choice = r.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
+    assert.ok(choice.message.tool_calls.length >= 1);
+    for (const call of choice.message.tool_calls) {
+      const name = call.function.name;
+      assert.ok(name in original, name);
+      if (typeof tool_choice === 'object') assert.equal(name, 'web_search');
+      check(original[name], call.function.arguments, `tool ${name}`);
+    }
+  }
+  await assert.rejects(
+    openai.chat.completions.create({
+      model: 'tiny', messages: [{ role: 'user', content: 'x' }], tools,
+      tool_choice: { type: 'function', function: { name: 'nope' } },
+    }),
+    (e) => e.status === 400 && /nope/.test(e.message),
+  );
+});

@@ -263,3 +263,37 @@ TEST(Grammar, RecursionWithoutOutputIsRefused) {
   Grammar g = json_schema_grammar(ordered_json::parse(R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"));
   EXPECT_THROW(CompiledGrammar(compile(g), v), InvalidInput);
 }
+
+TEST(Grammar, ToolCallsWithSpecialTokenMarkers) {
+  std::vector<std::string> vocab = small_vocab();
+  const int32_t open = static_cast<int32_t>(vocab.size()), close = open + 1;
+  vocab.push_back(TokenVocab::special_bytes("<|tool_call>"));
+  vocab.push_back(TokenVocab::special_bytes("<tool_call|>"));
+  for (const char* t : {"call", ":", "call:", "get", "_", "time", "tz", "U", "T", "C", "UTC", "<|tool_call>", "<"})
+    vocab.push_back(t);
+  auto v = std::make_shared<TokenVocab>(TokenVocab::from_bytes(vocab));
+  Grammar g = tool_call_grammar(
+      {{"get_time", ordered_json::parse(R"({"type":"object","properties":{"tz":{"enum":["UTC"]}},"required":["tz"]})")}},
+      {TokenVocab::special_bytes("<|tool_call>"), "call:", TokenVocab::special_bytes("<tool_call|>")}, 2);
+  auto cg = std::make_shared<CompiledGrammar>(compile(g), v);
+  Matcher m(cg, {1});
+  auto id = [&](const std::string& s) {
+    for (int32_t i = 0; i < cg->vocab_size(); i++)
+      if (cg->vocab().bytes(i) == s) return i;
+    ADD_FAILURE() << s;
+    return -1;
+  };
+  check_mask(m);
+  EXPECT_FALSE(m.allows(id("<|tool_call>")));  // the marker is the special token, not its text
+  EXPECT_FALSE(m.allows(id("<")));
+  ASSERT_TRUE(m.accept(open));
+  for (const char* t : {"call:", "get", "_", "time", "{\"", "tz", "\":", "\"", "UTC", "\"}"}) {
+    check_mask(m);
+    ASSERT_TRUE(m.accept(id(t))) << t;
+  }
+  EXPECT_FALSE(m.allows(1));
+  ASSERT_TRUE(m.accept(close));
+  EXPECT_TRUE(m.is_complete());
+  EXPECT_TRUE(m.allows(open));  // a second call may follow
+  check_mask(m);
+}

@@ -102,9 +102,40 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
   const int64_t budget = o.max_tokens < 0 ? (ctx > 0 ? ctx - static_cast<int64_t>(prompt.size()) : INT32_MAX)
                                           : o.max_tokens;
   auto t1 = Clock::now();
-  std::vector<float> logits = ops::to_vector(r.logits);
+  const bool want_logprobs = o.sampling.logprobs || o.sampling.top_logprobs > 0;
+  // Greedy choices without penalties, a grammar or logprobs need only each row's argmax: it is taken where the
+  // logits are (on the device) and one id per row comes back instead of the whole vocabulary.
+  const bool argmax_only = o.sampling.greedy() && !o.sampling.has_penalties() && !o.grammar && !want_logprobs;
+  auto argmax_rows = [&](const Tensor& lg) {
+    Tensor values, ids;
+    ops::topk(lg, 1, &values, &ids);
+    Tensor h = ops::to_host(ids);
+    return std::vector<int32_t>(h.data<int32_t>(), h.data<int32_t>() + h.numel());
+  };
+  std::vector<float> logits;
+  if (!argmax_only) logits = ops::to_vector(r.logits);
   Tensor hidden = r.hidden;
-  int32_t next = sampler.sample(sampler.distribution(logits.data()));
+  // Constrained decoding: masks[i] holds the tokens allowed at the i-th position of a round.
+  std::unique_ptr<grammar::Matcher> matcher;
+  std::vector<std::vector<uint64_t>> masks;
+  if (o.grammar) {
+    VATIC_CHECK(o.grammar->vocab_size() == V, "grammar vocabulary of {} tokens for a model with {}", o.grammar->vocab_size(), V);
+    std::vector<int32_t> stops = model_.info().eos_ids;
+    stops.insert(stops.end(), o.extra_stop_ids.begin(), o.extra_stop_ids.end());
+    matcher = std::make_unique<grammar::Matcher>(o.grammar, stops);
+    masks.assign(1, std::vector<uint64_t>(matcher->mask_words()));
+  }
+  auto mask_at = [&](size_t i) -> const uint64_t* {
+    if (!matcher) return nullptr;
+    if (masks.size() <= i) masks.resize(i + 1, std::vector<uint64_t>(matcher->mask_words()));
+    matcher->fill_mask(masks[i].data());
+    return masks[i].data();
+  };
+  auto advance = [&](int32_t tok) {
+    if (matcher) VATIC_CHECK(matcher->accept(tok), "token {} is outside the grammar", tok);
+  };
+  int32_t next = argmax_only ? argmax_rows(r.logits)[0] : sampler.sample(sampler.distribution(logits.data(), {}, mask_at(0)));
+  advance(next);
 
   DepthController* depth = depth_;
   if (drafter_ && !depth && o.draft_depth < 0) {
@@ -112,10 +143,12 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     depth = own_depth_.get();
   }
 
-  const bool want_logprobs = o.sampling.logprobs || o.sampling.top_logprobs > 0;
   // Emits `tok` (sampled from the raw logits row `row`); returns false when generation is over.
   auto emit = [&](int32_t tok, const float* row) -> bool {
-    if (is_stop(tok, o)) {
+    // Under a grammar a stop token always ends generation (it is only allowed once the output is complete).
+    const bool grammar_stop = matcher && (std::count(model_.info().eos_ids.begin(), model_.info().eos_ids.end(), tok) ||
+                                          std::count(o.extra_stop_ids.begin(), o.extra_stop_ids.end(), tok));
+    if (is_stop(tok, o) || grammar_stop) {
       stats.done_reason = "stop";
       return false;
     }
@@ -148,7 +181,7 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
 
   // The raw logits row `next` was drawn from (for logprobs).
   std::vector<float> next_row = logits;
-  while (emit(next, next_row.data())) {
+  while (emit(next, next_row.empty() ? nullptr : next_row.data())) {
     const int64_t remaining = budget - stats.generated;
     int k = 0;
     // Speculation is off when logprobs are requested (as ollama does): every token gets its own row.
@@ -164,10 +197,15 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       const int64_t pos = state.length();
       ForwardResult s = model_.forward(state, {next}, 1);
       if (drafter_ && drafter_->wants_hidden()) drafter_->observe({next}, s.hidden, pos);
-      logits = ops::to_vector(s.logits);
       hidden = s.hidden;
-      next = sampler.sample(sampler.distribution(logits.data()));
-      next_row = logits;
+      if (argmax_only) {
+        next = argmax_rows(s.logits)[0];
+      } else {
+        logits = ops::to_vector(s.logits);
+        next = sampler.sample(sampler.distribution(logits.data(), {}, mask_at(0)));
+        next_row = logits;
+      }
+      advance(next);
       if (drafter_ && depth) depth->record(0, 0, clock_() - round_start);
       continue;
     }
@@ -176,11 +214,20 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     std::vector<int32_t> chain;
     std::vector<Distribution> q;
     drafter_->draft(state, next, hidden, k, [&](const Tensor& dl) {
+      if (argmax_only) {
+        const int32_t t = argmax_rows(dl)[0];
+        chain.push_back(t);
+        q.push_back(Distribution{{t}, {1.0f}});
+        return t;
+      }
       std::vector<float> v = ops::to_vector(dl);
       std::vector<int32_t> hist(chain.begin(), chain.end());
       hist.insert(hist.begin(), next);
-      Distribution d = sampler.distribution(v.data(), hist);
+      // Drafts come from the allowed tokens too, so a draft never leaves the grammar; the same mask is the
+      // verification mask of this position.
+      Distribution d = sampler.distribution(v.data(), hist, mask_at(chain.size()));
       int32_t t = sampler.options().greedy() ? d.ids[0] : sampler.sample(d);
+      advance(t);
       chain.push_back(t);
       q.push_back(std::move(d));
       return t;
@@ -188,13 +235,20 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     // Verify [next, d1..dk] in one target forward.
     std::vector<int32_t> verify = {next};
     verify.insert(verify.end(), chain.begin(), chain.end());
+    if (matcher) mask_at(chain.size());  // the bonus position
     ForwardResult vr = model_.forward(state, verify, k + 1);
-    std::vector<float> vl = ops::to_vector(vr.logits);
+    std::vector<float> vl;
+    std::vector<int32_t> best;  // argmax_only: the target's choice at each verified position
+    if (argmax_only)
+      best = argmax_rows(vr.logits);
+    else
+      vl = ops::to_vector(vr.logits);
     int accepted = 0;
     int32_t follow = -1;
     std::vector<int32_t> hist = {next};
     for (int i = 0; i <= k; i++) {
-      Distribution p = sampler.distribution(vl.data() + i * V, hist);
+      Distribution p = argmax_only ? Distribution{{best[static_cast<size_t>(i)]}, {1.0f}}
+                                   : sampler.distribution(vl.data() + i * V, hist, matcher ? masks[i].data() : nullptr);
       if (i == k) {
         follow = sampler.sample(p);  // bonus token
         break;
@@ -207,6 +261,10 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       }
       accepted++;
       hist.push_back(d);
+    }
+    if (matcher) {  // keep next and the accepted drafts, then the token that follows them
+      matcher->rollback(k - accepted);
+      advance(follow);
     }
     stats.rounds++;
     stats.drafted += k;
@@ -229,10 +287,10 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     hidden = vr.hidden.slice(0, accepted, accepted + 1);
     if (depth) depth->record(k, accepted, clock_() - round_start);
     bool go = true;
-    for (int i = 0; i < accepted && go; i++) go = emit(chain[i], vl.data() + i * V);
+    for (int i = 0; i < accepted && go; i++) go = emit(chain[i], vl.empty() ? nullptr : vl.data() + i * V);
     if (!go) break;
     next = follow;
-    next_row.assign(vl.begin() + accepted * V, vl.begin() + (accepted + 1) * V);
+    if (!vl.empty()) next_row.assign(vl.begin() + accepted * V, vl.begin() + (accepted + 1) * V);
   }
   stats.decode_seconds = since(t1);
   return stats;

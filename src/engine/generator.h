@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/depth_controller.h"
+#include "grammar/matcher.h"
 #include "models/model.h"
 #include "sample/sampler.h"
 #include "util/json.h"
@@ -22,6 +23,9 @@ struct GenerateOptions {
   int64_t prefill_chunk = 512;
   bool ignore_eos = false;
   std::vector<int32_t> extra_stop_ids;
+  // Constrained decoding: every token (drafts and verified positions included) comes from the tokens the grammar
+  // allows next; a stop token is allowed once the grammar is complete.
+  std::shared_ptr<const grammar::CompiledGrammar> grammar;
 };
 
 struct GenerateStats {

@@ -13,7 +13,9 @@
 //   POST /tokenize     {"content", "add_special"?} -> {"tokens":[...]}
 //   POST /detokenize   {"tokens":[...]} -> {"content"}
 //   POST /completion   {"prompt": text | "tokens": [...], "add_special"?, "options": {...}, "logprobs"?,
-//                       "top_logprobs"?, "check_only"?}
+//                       "top_logprobs"?, "format"?, "check_only"?}
+//       format: "json" (any JSON object) or a JSON schema; the output is constrained to it (a schema vatic cannot
+//       honour is a 400 naming the keyword).
 //       Validation (prompt within the context, sampler options) happens before the response starts: a bad request
 //       gets 400 with {"error"}. With check_only the answer is {"prompt_tokens": N} and nothing runs.
 //       Otherwise the body is JSON lines (application/x-ndjson), one per generated token:

@@ -86,10 +86,42 @@ int32_t argmax(const float* logits, int64_t n) {
   return static_cast<int32_t>(best);
 }
 
-Distribution Sampler::distribution(const float* raw, const std::vector<int32_t>& extra) const {
+Distribution Sampler::distribution(const float* raw, const std::vector<int32_t>& extra, const uint64_t* allowed) const {
   std::vector<float> l(raw, raw + vocab_);
   penalize(l, extra);
   Distribution d;
+  if (allowed) {
+    constexpr float kNegInf = -std::numeric_limits<float>::infinity();
+    int64_t best = -1;
+    for (int64_t w = 0; w * 64 < vocab_; w++) {
+      const uint64_t bits = allowed[w];
+      const int64_t base = w * 64, n = std::min<int64_t>(64, vocab_ - base);
+      if (bits == ~uint64_t(0) && n == 64) {
+        for (int64_t i = base; i < base + 64; i++)
+          if (best < 0 || l[i] > l[best]) best = i;
+        continue;
+      }
+      for (int64_t j = 0; j < n; j++) {
+        if ((bits >> j) & 1) {
+          if (best < 0 || l[base + j] > l[best]) best = base + j;
+        } else {
+          l[base + j] = kNegInf;
+        }
+      }
+    }
+    VATIC_CHECK(best >= 0, "the token mask allows no token");
+    if (opt_.greedy()) {
+      d.ids = {static_cast<int32_t>(best)};
+      d.probs = {1.0f};
+      return d;
+    }
+    // Every allowed token at -inf (e.g. outside a drafter's centroid set): the best allowed one stays drawable.
+    if (!std::isfinite(l[best])) {
+      d.ids = {static_cast<int32_t>(best)};
+      d.probs = {1.0f};
+      return d;
+    }
+  }
   if (opt_.greedy()) {
     d.ids = {argmax(l.data(), vocab_)};
     d.probs = {1.0f};

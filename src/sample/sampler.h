@@ -55,8 +55,10 @@ class Sampler {
   void commit(int32_t token);
 
   // The distribution the next token is drawn from, given raw logits [V] and tokens that would precede it
-  // beyond the committed history (a draft chain).
-  Distribution distribution(const float* logits, const std::vector<int32_t>& extra = {}) const;
+  // beyond the committed history (a draft chain). `allowed` (ceil(V / 64) words of bits, e.g. a grammar's token
+  // mask) restricts it to those tokens: the distribution is renormalised over them, greedy picks the best of them.
+  Distribution distribution(const float* logits, const std::vector<int32_t>& extra = {},
+                            const uint64_t* allowed = nullptr) const;
   int32_t sample(const Distribution& d);
   // Draws in [0, 1) from the sampler's stream.
   double uniform();

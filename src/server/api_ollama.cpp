@@ -94,8 +94,6 @@ std::string require_model(const ordered_json& body) {
 }
 
 void refuse_unsupported(const ordered_json& body) {
-  if (auto it = body.find("format"); it != body.end() && !it->is_null() && !(it->is_string() && it->get<std::string>().empty()))
-    throw HttpError(400, "format (JSON mode / structured outputs) is not supported yet");
   if (auto it = body.find("images"); it != body.end() && it->is_array() && !it->empty())
     throw HttpError(400, "images are not supported: vatic models are text-only");
   if (auto s = opt_string(body, "suffix"); s && !s->empty()) throw HttpError(400, "suffix (fill-in-the-middle) is not supported");
@@ -259,6 +257,18 @@ InferenceCall common_fields(ApiContext& ctx, const ordered_json& body, bool chat
   auto top = opt_int(body, "top_logprobs").value_or(0);
   if (top < 0 || top > 20) throw HttpError(400, "top_logprobs must be between 0 and 20");
   c.g.top_logprobs = static_cast<int>(top);
+  // format: "json" or a JSON schema (the runner refuses what it cannot honour, naming the keyword).
+  if (auto it = body.find("format"); it != body.end() && !it->is_null()) {
+    if (it->is_string()) {
+      const std::string f = it->get<std::string>();
+      if (f == "json") c.g.format = "json";
+      else if (!f.empty()) throw HttpError(400, fmt::format("invalid format \"{}\": use \"json\" or a JSON schema object", f));
+    } else if (it->is_object()) {
+      c.g.format = *it;
+    } else {
+      throw HttpError(400, "format must be \"json\" or a JSON schema object");
+    }
+  }
   if (c.g.top_logprobs > 0) c.g.logprobs = true;
   return c;
 }
@@ -376,7 +386,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
       InferenceCall c = common_fields(ctx, body, false);
       std::string prompt = opt_string(body, "prompt").value_or("");
       bool raw = opt_bool(body, "raw").value_or(false);
-      std::optional<bool> think = parse_think(body);
+      std::optional<bool> think = think_with_format(c.g.format, parse_think(body));
       c.empty = prompt.empty();
       if (!c.empty) {
         if (raw || c.meta.renderer == kRawRenderer) {
@@ -418,7 +428,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
         if (!it->is_array()) throw HttpError(400, "tools must be an array");
         for (const auto& t : *it) tools.push_back(chat::Tool::from_json(t));
       }
-      std::optional<bool> think = parse_think(body);
+      std::optional<bool> think = think_with_format(c.g.format, parse_think(body));
       c.empty = msgs.empty();
       if (!c.empty) {
         c.g.prompt = render_chat(c.meta, msgs, tools, think, &c.g.parser_options);

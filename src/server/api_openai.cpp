@@ -31,9 +31,19 @@ void openai_options(const ordered_json& body, OpenAICall& c) {
   if (auto it = body.find("options"); it != body.end() && it->is_object())
     for (const auto& [k, v] : it->items()) o[k] = v;
   if (auto v = opt_int(body, "n"); v && *v != 1) throw HttpError(400, "n must be 1");
-  if (auto it = body.find("response_format"); it != body.end() && it->is_object()) {
+  if (auto it = body.find("response_format"); it != body.end() && !it->is_null()) {
+    if (!it->is_object()) throw HttpError(400, "response_format must be an object");
     std::string type = it->value("type", std::string("text"));
-    if (type != "text") throw HttpError(400, "response_format \"" + type + "\" (JSON mode / structured outputs) is not supported yet");
+    if (type == "json_object") {
+      c.g.format = "json";
+    } else if (type == "json_schema") {
+      auto js = it->find("json_schema");
+      if (js == it->end() || !js->is_object() || !js->contains("schema") || !(*js)["schema"].is_object())
+        throw HttpError(400, "response_format json_schema needs json_schema.schema (a JSON schema object)");
+      c.g.format = (*js)["schema"];  // strict or not, the output follows the schema exactly
+    } else if (type != "text") {
+      throw HttpError(400, "unknown response_format type \"" + type + "\" (text, json_object, json_schema)");
+    }
   }
   c.g.options = merge_options(c.meta.params, &o, &c.g.num_ctx);
   c.g.keep_alive = parse_keep_alive_field(body);
@@ -145,6 +155,13 @@ void register_openai_routes(httplib::Server& svr, ApiContext& ctx) {
       auto top = opt_int(body, "top_logprobs").value_or(0);
       if (top < 0 || top > 20) throw HttpError(400, "top_logprobs must be between 0 and 20");
       c.g.top_logprobs = c.g.logprobs ? static_cast<int>(top) : 0;
+      think = think_with_format(c.g.format, think);
+      if (auto tc = body.find("tool_choice"); tc != body.end()) {
+        c.g.tool_calls = tool_choice_spec(c.meta, *tc, tools);
+        if (!c.g.tool_calls.is_null() && !c.g.format.is_null())
+          throw HttpError(400, "response_format and a required tool call cannot be combined");
+        if (!c.g.tool_calls.is_null()) think = think_with_format(c.g.tool_calls, think);
+      }
       c.g.prompt = render_chat(c.meta, msgs, tools, think, &c.g.parser_options);
       c.g.parser = c.meta.parser;
       auto gen = std::make_shared<Generation>(ctx.sched, c.g);

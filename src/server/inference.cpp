@@ -150,6 +150,53 @@ void add_extension_stats(ordered_json& out, const GenResult& r) {
   if (r.stats.contains("device") && r.stats["device"].is_string()) out["device"] = r.stats["device"].get<std::string>();
 }
 
+std::optional<bool> think_with_format(const ordered_json& format, std::optional<bool> think) {
+  if (format.is_null()) return think;
+  if (think.value_or(false))
+    throw HttpError(400, "thinking together with a format (structured output) is not supported: the format applies "
+                         "from the first token");
+  return false;
+}
+
+ordered_json tool_choice_spec(const ModelMeta& meta, const ordered_json& tool_choice, const std::vector<chat::Tool>& tools) {
+  if (tool_choice.is_null()) return nullptr;
+  std::string only;
+  if (tool_choice.is_string()) {
+    const std::string v = tool_choice.get<std::string>();
+    if (v == "auto" || v == "none") return nullptr;
+    if (v != "required") throw HttpError(400, "tool_choice must be \"auto\", \"none\", \"required\" or a named function");
+  } else if (tool_choice.is_object() && tool_choice.contains("function") && tool_choice["function"].is_object() &&
+             tool_choice["function"].contains("name") && tool_choice["function"]["name"].is_string()) {
+    only = tool_choice["function"]["name"].get<std::string>();
+  } else {
+    throw HttpError(400, "tool_choice must be \"auto\", \"none\", \"required\" or {\"type\": \"function\", \"function\": {\"name\": ...}}");
+  }
+  if (tools.empty()) throw HttpError(400, "tool_choice requires tools");
+  ordered_json list = ordered_json::array();
+  for (const auto& t : tools)
+    if (only.empty() || t.name == only) list.push_back({{"name", t.name}, {"parameters", t.parameters}});
+  if (list.empty()) throw HttpError(400, fmt::format("tool_choice names \"{}\", which is not among the tools", only));
+  if (meta.renderer.rfind("gemma4", 0) != 0)
+    throw HttpError(400, fmt::format("tool_choice \"required\" or a named function is not supported for the {} chat format",
+                                     meta.renderer.empty() ? "model's" : meta.renderer));
+  // Gemma 4: <|tool_call>call:NAME{...}<tool_call|>, where the arguments may be plain JSON.
+  return {{"open", "<|tool_call>"}, {"prefix", "call:"}, {"close", "<tool_call|>"}, {"max_calls", only.empty() ? 4 : 1},
+          {"tools", list}};
+}
+
+namespace {
+// Adds "format" / "tool_calls" to a runner request body, keeping the schema's property order (which sets the
+// output's).
+std::string with_format(std::string body, const GenRequest& req) {
+  for (const auto& [name, value] : {std::pair<const char*, const ordered_json*>{"format", &req.format}, {"tool_calls", &req.tool_calls}}) {
+    if (value->is_null() || body.empty() || body.back() != '}') continue;
+    body.pop_back();
+    body += fmt::format(",\"{}\":{}}}", name, value->dump());
+  }
+  return body;
+}
+}  // namespace
+
 Generation::Generation(Scheduler& sched, GenRequest req) : req_(std::move(req)) {
   lease_ = sched.acquire(req_.model, req_.keep_alive, req_.num_ctx);
   json body = {{"prompt", req_.prompt}, {"add_special", req_.add_special}, {"options", req_.options},
@@ -158,7 +205,7 @@ Generation::Generation(Scheduler& sched, GenRequest req) : req_(std::move(req)) 
   cli.set_connection_timeout(5, 0);
   const double timeout = std::min(60.0, runner_timeout());
   cli.set_read_timeout(static_cast<time_t>(std::max(1.0, timeout)), 0);
-  auto res = cli.Post("/completion", dump(body), "application/json");
+  auto res = cli.Post("/completion", with_format(dump(body), req_), "application/json");
   if (!res) {
     std::string why = res.error() == httplib::Error::Read
                           ? fmt::format("no answer from the runner within {:.0f}s", timeout)
@@ -251,7 +298,7 @@ GenResult Generation::run(const std::function<bool(const GenPiece&)>& on_piece) 
   httplib::Request hreq;
   hreq.method = "POST";
   hreq.path = "/completion";
-  hreq.body = dump(body);
+  hreq.body = with_format(dump(body), req_);
   hreq.set_header("Content-Type", "application/json");
   std::string error_body;
   hreq.response_handler = [&](const httplib::Response& r) {

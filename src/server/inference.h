@@ -42,10 +42,23 @@ struct GenRequest {
   int top_logprobs = 0;
   std::optional<double> keep_alive;
   int64_t num_ctx = 0;
+  // Structured output: null, "json" (any JSON object) or a JSON schema (the runner compiles it; order kept).
+  ordered_json format;
+  // Required tool calls (OpenAI tool_choice "required" or a named function): the runner's "tool_calls" grammar spec.
+  ordered_json tool_calls;
   // Output parsing (thinking, tool calls); empty parser = raw text.
   std::string parser;
   chat::ParserOptions parser_options;
 };
+
+// The thinking setting under structured output: the grammar constrains the output from its first token, so
+// thinking is off unless asked for, and asking for it is refused (HttpError 400).
+std::optional<bool> think_with_format(const ordered_json& format, std::optional<bool> think);
+
+// The tool-call grammar spec for OpenAI's tool_choice ("required" or {"type": "function", "function": {"name"}}),
+// in the syntax of the model's chat format; null for "auto" / "none" / absent. HttpError 400 when it cannot be
+// honoured (no tools, an unknown name, a chat format without a tool-call grammar).
+ordered_json tool_choice_spec(const ModelMeta& meta, const ordered_json& tool_choice, const std::vector<chat::Tool>& tools);
 
 // Merges request options over the model's PARAMETERs into runner options, checking types (HttpError 400).
 // Sets num_ctx from the result.

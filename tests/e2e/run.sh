@@ -22,6 +22,10 @@ case "${1:-}" in
       echo "SKIP: the clients are not installed (run.sh install failed or was skipped)" >&2
       exit 77
     fi
+    if [ "$2" = structured ] && [ ! -d node_modules/ajv ]; then
+      echo "SKIP: ajv (the JSON Schema validator) is not installed (run.sh install failed or was skipped)" >&2
+      exit 77
+    fi
     exec node --test --test-concurrency=1 "$2.test.mjs"
     ;;
   *)

@@ -130,7 +130,7 @@ TEST(DraftModel, EngineWithPrefixCacheRestoresStaysExact) {
   // drafter drafts from what it has and the output stays the plain greedy one.
   ModelSource src = ModelSource::from_directory(family_dir("qwen3-tiny"));
   src.draft = std::make_shared<ModelSource>(ModelSource::from_directory(family_dir("qwen3-tiny")));
-  Engine engine(src);
+  Engine engine(src, test_device());
   ASSERT_TRUE(engine.has_drafter());
   auto lm = load("qwen3-tiny");
   const auto& cases = family_index()["models"]["qwen3-tiny"]["cases"];

@@ -232,3 +232,54 @@ TEST(SpeculativeSampling, AcceptancePlusResidualIsExactlyTheTarget) {
 
 }  // namespace
 }  // namespace vatic
+
+namespace vatic {
+namespace {
+
+// An allowed-token mask (a grammar's) renormalises the distribution over the allowed tokens: each allowed token
+// keeps its probability relative to the others, and greedy picks the best allowed token, never a masked one.
+TEST(SamplerMask, RenormalisesOverAllowedTokens) {
+  const int64_t V = 130;  // more than two mask words, the last one partial
+  std::vector<float> logits(V);
+  std::mt19937 rng(5);
+  for (auto& l : logits) l = std::normal_distribution<float>(0, 2)(rng);
+  std::vector<uint64_t> mask(3, 0);
+  std::vector<int32_t> allowed = {3, 17, 64, 65, 99, 127, 129};
+  for (int32_t t : allowed) mask[t >> 6] |= uint64_t(1) << (t & 63);
+  SamplerOptions o;
+  o.temperature = 0.7f;
+  Sampler s(o, V);
+  Distribution d = s.distribution(logits.data(), {}, mask.data());
+  double z = 0;
+  for (int32_t t : allowed) z += std::exp(logits[t] / 0.7);
+  auto m = as_map(d);
+  ASSERT_EQ(m.size(), allowed.size());
+  for (int32_t t : allowed) EXPECT_NEAR(m[t], std::exp(logits[t] / 0.7) / z, 1e-5) << t;
+
+  SamplerOptions g;
+  Sampler greedy(g, V);
+  logits[argmax(logits.data(), V)] = 100.0f;  // the overall best is outside the mask unless it is allowed
+  int32_t best = allowed[0];
+  for (int32_t t : allowed)
+    if (logits[t] > logits[best]) best = t;
+  Distribution gd = greedy.distribution(logits.data(), {}, mask.data());
+  ASSERT_EQ(gd.ids.size(), 1u);
+  EXPECT_EQ(gd.ids[0], best);
+}
+
+TEST(SamplerMask, TopKAppliesAfterTheMask) {
+  const int64_t V = 10;
+  std::vector<float> logits = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+  std::vector<uint64_t> mask = {(1u << 5) | (1u << 7) | (1u << 9)};
+  SamplerOptions o;
+  o.temperature = 1.0f;
+  o.top_k = 2;
+  Sampler s(o, V);
+  auto m = as_map(s.distribution(logits.data(), {}, mask.data()));
+  ASSERT_EQ(m.size(), 2u);
+  EXPECT_TRUE(m.count(5) && m.count(7));
+  EXPECT_NEAR(m[5], 1.0 / (1.0 + std::exp(-2.0)), 1e-5);
+}
+
+}  // namespace
+}  // namespace vatic

@@ -266,7 +266,12 @@ TEST_F(Api, ErrorStatuses) {
   expect_error(post("/api/generate", {{"model", "tiny"}, {"prompt", "x"}, {"options", {{"top_p", 3.5}}}}), 400, "top_p");
   expect_error(post("/api/generate", {{"model", "tiny"}, {"prompt", "x"}, {"keep_alive", "forever"}}), 400,
                "duration");
-  expect_error(post("/api/generate", {{"model", "tiny"}, {"prompt", "x"}, {"format", "json"}}), 400, "format");
+  expect_error(post("/api/generate", {{"model", "tiny"}, {"prompt", "x"}, {"format", "yaml"}}), 400, "format");
+  expect_error(post("/api/generate", {{"model", "tiny"}, {"prompt", "x"}, {"format", {{"type", "integer"}, {"multipleOf", 3}}}}),
+               400, "multipleOf");
+  expect_error(post("/api/chat", {{"model", "tiny"}, {"messages", {{{"role", "user"}, {"content", "x"}}}}, {"think", true},
+                                  {"format", "json"}}),
+               400, "format");
   expect_error(post("/api/chat", {{"model", "tiny"}, {"messages", "hi"}}), 400, "messages");
   // Over the context: the prompt is longer than num_ctx.
   std::string long_prompt;
@@ -281,6 +286,50 @@ TEST_F(Api, ErrorStatuses) {
   if (big) {
     EXPECT_EQ(big->status, 413);
   }
+}
+
+// format / response_format: the answer follows the schema (the random fixture model has no idea of JSON, so only
+// the grammar makes it valid), on both APIs.
+TEST_F(Api, StructuredOutput) {
+  const json schema = {{"type", "object"},
+                       {"properties", {{"ok", {{"type", "boolean"}}}, {"n", {{"type", "integer"}, {"minimum", 0}, {"maximum", 9}}}}},
+                       {"required", {"ok", "n"}}};
+  auto check = [](const std::string& text) {
+    json v = json::parse(text, nullptr, false);
+    ASSERT_TRUE(v.is_object()) << text;
+    EXPECT_EQ(v.size(), 2u) << text;
+    EXPECT_TRUE(v["ok"].is_boolean()) << text;
+    ASSERT_TRUE(v["n"].is_number_integer()) << text;
+    EXPECT_GE(v["n"].get<int>(), 0);
+    EXPECT_LE(v["n"].get<int>(), 9);
+  };
+  for (double temperature : {0.0, 1.0}) {
+    auto r = post("/api/generate", {{"model", "tiny"}, {"prompt", "Answer in JSON"}, {"stream", false}, {"format", schema},
+                                    {"options", {{"temperature", temperature}, {"seed", 3}, {"num_predict", 400}}}});
+    ASSERT_TRUE(r);
+    ASSERT_EQ(r->status, 200) << r->body;
+    json j = json::parse(r->body);
+    EXPECT_EQ(j["done_reason"], "stop") << r->body;
+    check(j["response"].get<std::string>());
+  }
+  auto o = post("/v1/chat/completions",
+                {{"model", "tiny"},
+                 {"messages", {{{"role", "user"}, {"content", "JSON"}}}},
+                 {"max_tokens", 400},
+                 {"response_format", {{"type", "json_schema"}, {"json_schema", {{"name", "x"}, {"strict", true}, {"schema", schema}}}}}});
+  ASSERT_TRUE(o);
+  ASSERT_EQ(o->status, 200) << o->body;
+  check(json::parse(o->body)["choices"][0]["message"]["content"].get<std::string>());
+  auto bad = post("/v1/chat/completions", {{"model", "tiny"},
+                                           {"messages", {{{"role", "user"}, {"content", "JSON"}}}},
+                                           {"response_format", {{"type", "xml"}}}});
+  ASSERT_TRUE(bad);
+  EXPECT_EQ(bad->status, 400);
+  auto no_schema = post("/v1/chat/completions", {{"model", "tiny"},
+                                                 {"messages", {{{"role", "user"}, {"content", "JSON"}}}},
+                                                 {"response_format", {{"type", "json_schema"}}}});
+  ASSERT_TRUE(no_schema);
+  EXPECT_EQ(no_schema->status, 400);
 }
 
 TEST_F(Api, ConcurrentRequestsAreAllAnswered) {

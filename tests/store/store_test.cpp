@@ -701,7 +701,7 @@ TEST_F(StoreTest, DraftModelIsKeptWithItsTarget) {
   EXPECT_EQ(by_name.draft.quantization, "int8");
   ModelSource s3 = store_->resolve("llama-spec-3");
   ASSERT_TRUE(s3.draft);
-  auto t3 = load_language_model(s3);
+  auto t3 = load_language_model(s3, Device::CPU);
   EXPECT_TRUE(load_drafter(*t3, s3.draft.get()));
   // A Qwen3 dense model drafts for Qwen3-MoE: same tokenizer.
   EXPECT_TRUE(create("qwen-spec", "FROM ../families/qwen3-moe-tiny\nDRAFT ../families/qwen3-tiny\n").draft.present);

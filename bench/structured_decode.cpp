@@ -2,15 +2,16 @@
 //
 //   bench_structured_decode [TARGET_DIR [DRAFT_DIR [TOKENS [REPS]]]]
 //
-// For no grammar, a JSON schema whose output is mostly free text (one string of 900 to 1000 characters) and one
-// that is mostly structure (at least 12 objects of short fields, enums, numbers), it decodes TOKENS tokens (default 256; the structured one may end
-// sooner) with plain decoding and with speculation (depth 3), REPS times (default 3), and prints the best
-// tokens per second of each, and the constrained / unconstrained ratio. Speculation drafts a fixed 3 tokens a round.
+// For no grammar, a JSON schema whose output is mostly free text (one string of 900 to 1000 characters) and
+// one that is mostly structure (at least 12 objects of short fields, enums, numbers), it decodes TOKENS
+// tokens (default 256; the structured one may end sooner) with plain decoding and with speculation (depth 3),
+// REPS times (default 3), and prints the best tokens per second of each, and the constrained / unconstrained
+// ratio. Speculation drafts a fixed 3 tokens a round.
 #include <algorithm>
 #include <array>
+#include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <chrono>
 #include <string>
 
 #include "backend/backend.h"
@@ -37,7 +38,8 @@ int main(int argc, char** argv) {
   auto ds = ModelSource::from_directory(draft);
   auto drafter = load_drafter(*lm, &ds);
   Tokenizer tok = Tokenizer::load(target);
-  auto vocab = std::make_shared<grammar::TokenVocab>(grammar::TokenVocab::from_tokenizer(tok, lm->info().vocab_size));
+  auto vocab =
+      std::make_shared<grammar::TokenVocab>(grammar::TokenVocab::from_tokenizer(tok, lm->info().vocab_size));
   const std::vector<int32_t> prompt = tok.encode("It is a truth universally acknowledged, that", true);
 
   struct Case {
@@ -76,7 +78,8 @@ int main(int argc, char** argv) {
         o.max_tokens = tokens;
         o.ignore_eos = cases[ci].schema.empty();
         o.grammar = grammars[ci];
-        o.draft_depth = spec ? 3 : 0;  // fixed: the adaptive policy follows the machine's load, which would blur the comparison
+        o.draft_depth = spec ? 3 : 0;  // fixed: the adaptive policy follows the machine's load, which would
+                                       // blur the comparison
         auto st = lm->new_state();
         std::vector<int32_t> ids;
         GenerateStats s = gen.generate(*st, prompt, o, [&](const TokenEvent& e) {
@@ -119,7 +122,8 @@ int main(int argc, char** argv) {
       plain = std::min(plain, std::chrono::duration<double, std::micro>(t1 - t0).count() / n);
       masked = std::min(masked, std::chrono::duration<double, std::micro>(t2 - t1).count() / n);
     }
-    std::printf("%-18s %8zu %11.1f us %11.1f us %9.1f us\n", cases[ci].name, produced[ci].size(), plain, masked, masked - plain);
+    std::printf("%-18s %8zu %11.1f us %11.1f us %9.1f us\n", cases[ci].name, produced[ci].size(), plain,
+                masked, masked - plain);
   }
   return 0;
 }

@@ -100,7 +100,9 @@ int Grammar::declare(std::string name) {
   return static_cast<int>(bodies_.size()) - 1;
 }
 
-void Grammar::define(int rule, Expr body) { bodies_.at(rule) = std::move(body); }
+void Grammar::define(int rule, Expr body) {
+  bodies_.at(rule) = std::move(body);
+}
 
 namespace {
 

@@ -14,10 +14,10 @@ using ByteSet = std::bitset<256>;
 struct Expr {
   enum Kind { Empty, Bytes, Seq, Alt, Repeat, Ref, Nothing };
   Kind kind = Empty;
-  ByteSet set;              // Bytes
-  std::vector<Expr> kids;   // Seq, Alt; Repeat: kids[0]
-  int min = 0, max = 0;     // Repeat: max < 0 = unbounded
-  int rule = -1;            // Ref
+  ByteSet set;             // Bytes
+  std::vector<Expr> kids;  // Seq, Alt; Repeat: kids[0]
+  int min = 0, max = 0;    // Repeat: max < 0 = unbounded
+  int rule = -1;           // Ref
 
   static Expr empty() { return {}; }
   static Expr nothing();  // matches no input at all
@@ -54,8 +54,9 @@ class Grammar {
   std::vector<Expr> bodies_;
 };
 
-// One DFA per rule, all states ("nodes") numbered globally. A node moves on a byte to another node of the same
-// rule, or calls a rule and continues at `ret` once that rule completes; a final node may complete its rule.
+// One DFA per rule, all states ("nodes") numbered globally. A node moves on a byte to another node of the
+// same rule, or calls a rule and continues at `ret` once that rule completes; a final node may complete its
+// rule.
 struct Automaton {
   struct Call {
     int32_t rule;

@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
-#include <map>
 #include <functional>
+#include <map>
 #include <optional>
 #include <set>
 
@@ -110,14 +110,22 @@ Expr hex_digit() {
 // One character of a JSON string, written as JSON would: escaped when it must be.
 Expr encoded_char(char32_t c) {
   switch (c) {
-    case '"': return Expr::lit("\\\"");
-    case '\\': return Expr::lit("\\\\");
-    case '\n': return Expr::lit("\\n");
-    case '\t': return Expr::lit("\\t");
-    case '\r': return Expr::lit("\\r");
-    case '\b': return Expr::lit("\\b");
-    case '\f': return Expr::lit("\\f");
-    default: break;
+    case '"':
+      return Expr::lit("\\\"");
+    case '\\':
+      return Expr::lit("\\\\");
+    case '\n':
+      return Expr::lit("\\n");
+    case '\t':
+      return Expr::lit("\\t");
+    case '\r':
+      return Expr::lit("\\r");
+    case '\b':
+      return Expr::lit("\\b");
+    case '\f':
+      return Expr::lit("\\f");
+    default:
+      break;
   }
   if (c < 0x20) {
     const char* hex = "0123456789abcdef";
@@ -159,8 +167,9 @@ Expr json_char() {
   ByteSet d;
   d.set('d');
   d.set('D');
-  Expr u = Expr::seq({Expr::lit("\\u"), Expr::alt({Expr::seq({Expr::bytes(not_d), hex_digit(), hex_digit(), hex_digit()}),
-                                                     Expr::seq({Expr::bytes(d), Expr::bytes(low), hex_digit(), hex_digit()})})});
+  Expr u = Expr::seq({Expr::lit("\\u"),
+                      Expr::alt({Expr::seq({Expr::bytes(not_d), hex_digit(), hex_digit(), hex_digit()}),
+                                 Expr::seq({Expr::bytes(d), Expr::bytes(low), hex_digit(), hex_digit()})})});
   return Expr::alt({raw, Expr::seq({Expr::byte('\\'), Expr::bytes(simple)}), u});
 }
 
@@ -272,8 +281,8 @@ class RegexParser {
   static Ranges digit() { return {{'0', '9'}}; }
   static Ranges word() { return {{'0', '9'}, {'A', 'Z'}, {'_', '_'}, {'a', 'z'}}; }
   static Ranges space() {
-    return {{'\t', '\r'}, {' ', ' '}, {0xA0, 0xA0}, {0x1680, 0x1680}, {0x2000, 0x200A}, {0x2028, 0x2029},
-            {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
+    return {{'\t', '\r'},     {' ', ' '},       {0xA0, 0xA0},     {0x1680, 0x1680}, {0x2000, 0x200A},
+            {0x2028, 0x2029}, {0x202F, 0x202F}, {0x205F, 0x205F}, {0x3000, 0x3000}, {0xFEFF, 0xFEFF}};
   }
 
   char32_t hex_value(int digits) {
@@ -281,7 +290,10 @@ class RegexParser {
     for (int i = 0; i < digits; i++) {
       if (!more()) fail_at("truncated escape");
       char32_t c = peek();
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
       if (d < 0) fail_at("bad hexadecimal escape");
       v = v * 16 + d;
       pos_++;
@@ -295,18 +307,30 @@ class RegexParser {
     char32_t c = peek();
     pos_++;
     switch (c) {
-      case 'd': return digit();
-      case 'D': return complement(digit());
-      case 'w': return word();
-      case 'W': return complement(word());
-      case 's': return space();
-      case 'S': return complement(space());
-      case 'n': return {{'\n', '\n'}};
-      case 't': return {{'\t', '\t'}};
-      case 'r': return {{'\r', '\r'}};
-      case 'f': return {{'\f', '\f'}};
-      case 'v': return {{'\v', '\v'}};
-      case '0': return {{0, 0}};
+      case 'd':
+        return digit();
+      case 'D':
+        return complement(digit());
+      case 'w':
+        return word();
+      case 'W':
+        return complement(word());
+      case 's':
+        return space();
+      case 'S':
+        return complement(space());
+      case 'n':
+        return {{'\n', '\n'}};
+      case 't':
+        return {{'\t', '\t'}};
+      case 'r':
+        return {{'\r', '\r'}};
+      case 'f':
+        return {{'\f', '\f'}};
+      case 'v':
+        return {{'\v', '\v'}};
+      case '0':
+        return {{0, 0}};
       case 'x': {
         char32_t v = hex_value(2);
         return {{v, v}};
@@ -318,7 +342,8 @@ class RegexParser {
       case 'b':
         if (in_class) return {{'\b', '\b'}};
         fail_at("word boundaries (\\b) are not supported");
-      default: break;
+      default:
+        break;
     }
     if ((c >= '1' && c <= '9') || c == 'B' || c == 'k' || c == 'p' || c == 'P' || c == 'c')
       fail_at(fmt::format("the escape \\{} is not supported", utf8(c)));
@@ -391,14 +416,20 @@ class RegexParser {
         pos_++;
         return e;
       }
-      case '[': return charset_expr(char_class());
-      case '.': return charset_expr(complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
-      case '\\': return charset_expr(escape(false));
+      case '[':
+        return charset_expr(char_class());
+      case '.':
+        return charset_expr(complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
+      case '\\':
+        return charset_expr(escape(false));
       case '*':
       case '+':
-      case '?': fail_at("nothing to repeat");
-      case ')': fail_at("unbalanced ')'");
-      default: return charset_expr({{c, c}});
+      case '?':
+        fail_at("nothing to repeat");
+      case ')':
+        fail_at("unbalanced ')'");
+      default:
+        return charset_expr({{c, c}});
     }
   }
 
@@ -410,9 +441,15 @@ class RegexParser {
 
 // ---------------------------------------------------------------- numbers
 
-std::string nines(size_t n) { return std::string(n, '9'); }
-std::string zeros(size_t n) { return std::string(n, '0'); }
-Expr digit_expr() { return Expr::range('0', '9'); }
+std::string nines(size_t n) {
+  return std::string(n, '9');
+}
+std::string zeros(size_t n) {
+  return std::string(n, '0');
+}
+Expr digit_expr() {
+  return Expr::range('0', '9');
+}
 
 // Decimal strings of the same length in [x, y].
 Expr same_length(const std::string& x, const std::string& y) {
@@ -445,12 +482,17 @@ Expr nonneg_range(int64_t a, int64_t b) {
     if (lo <= hi) alts.push_back(same_length(std::to_string(lo), std::to_string(hi)));
   }
   if (b < 0 && static_cast<int>(la) < kMaxIntDigits)
-    alts.push_back(Expr::seq({Expr::range('1', '9'), Expr::repeat(digit_expr(), static_cast<int>(la), kMaxIntDigits - 1)}));
+    alts.push_back(Expr::seq(
+        {Expr::range('1', '9'), Expr::repeat(digit_expr(), static_cast<int>(la), kMaxIntDigits - 1)}));
   return Expr::alt(std::move(alts));
 }
 
-Expr fraction() { return Expr::seq({Expr::byte('.'), Expr::repeat(digit_expr(), 1, 15)}); }
-Expr zero_fraction() { return Expr::seq({Expr::byte('.'), Expr::repeat(Expr::byte('0'), 1, 15)}); }
+Expr fraction() {
+  return Expr::seq({Expr::byte('.'), Expr::repeat(digit_expr(), 1, 15)});
+}
+Expr zero_fraction() {
+  return Expr::seq({Expr::byte('.'), Expr::repeat(Expr::byte('0'), 1, 15)});
+}
 Expr nonzero_fraction() {
   // The first non-zero digit is where the leading zeros end: deterministic, so its automaton stays small.
   return Expr::seq({Expr::byte('.'), Expr::repeat(Expr::byte('0'), 0, 14), Expr::range('1', '9'),
@@ -461,12 +503,14 @@ Expr nonzero_fraction() {
 Expr magnitude(int64_t lo, bool lo_excl, int64_t hi, bool hi_excl) {
   std::vector<Expr> alts;
   const int64_t start = lo_excl ? lo + 1 : lo;
-  if (lo_excl && (hi < 0 || lo < hi)) alts.push_back(Expr::seq({Expr::lit(std::to_string(lo)), nonzero_fraction()}));
+  if (lo_excl && (hi < 0 || lo < hi))
+    alts.push_back(Expr::seq({Expr::lit(std::to_string(lo)), nonzero_fraction()}));
   if (hi < 0) {
     alts.push_back(Expr::seq({nonneg_range(start, -1), Expr::opt(fraction())}));
   } else {
     if (start <= hi - 1) alts.push_back(Expr::seq({nonneg_range(start, hi - 1), Expr::opt(fraction())}));
-    if (!hi_excl && start <= hi) alts.push_back(Expr::seq({Expr::lit(std::to_string(hi)), Expr::opt(zero_fraction())}));
+    if (!hi_excl && start <= hi)
+      alts.push_back(Expr::seq({Expr::lit(std::to_string(hi)), Expr::opt(zero_fraction())}));
   }
   return Expr::alt(std::move(alts));
 }
@@ -474,18 +518,38 @@ Expr magnitude(int64_t lo, bool lo_excl, int64_t hi, bool hi_excl) {
 // ---------------------------------------------------------------- schemas
 
 const std::set<std::string>& annotations() {
-  static const std::set<std::string> s = {"title",    "description", "default",   "examples",     "$schema",
-                                          "$id",      "$comment",    "deprecated", "readOnly",    "writeOnly",
-                                          "discriminator", "$defs",  "definitions"};
+  static const std::set<std::string> s = {
+      "title",      "description", "default",   "examples",      "$schema", "$id",        "$comment",
+      "deprecated", "readOnly",    "writeOnly", "discriminator", "$defs",   "definitions"};
   return s;
 }
 const std::set<std::string>& supported() {
-  static const std::set<std::string> s = {
-      "type",      "properties", "required",    "additionalProperties", "enum",      "const",
-      "anyOf",     "oneOf",      "allOf",       "$ref",                 "items",     "prefixItems",
-      "minItems",  "maxItems",   "pattern",     "format",               "minLength", "maxLength",
-      "minimum",   "maximum",    "exclusiveMinimum", "exclusiveMaximum", "uniqueItems", "minProperties",
-      "maxProperties", "unevaluatedProperties"};
+  static const std::set<std::string> s = {"type",
+                                          "properties",
+                                          "required",
+                                          "additionalProperties",
+                                          "enum",
+                                          "const",
+                                          "anyOf",
+                                          "oneOf",
+                                          "allOf",
+                                          "$ref",
+                                          "items",
+                                          "prefixItems",
+                                          "minItems",
+                                          "maxItems",
+                                          "pattern",
+                                          "format",
+                                          "minLength",
+                                          "maxLength",
+                                          "minimum",
+                                          "maximum",
+                                          "exclusiveMinimum",
+                                          "exclusiveMaximum",
+                                          "uniqueItems",
+                                          "minProperties",
+                                          "maxProperties",
+                                          "unevaluatedProperties"};
   return s;
 }
 
@@ -505,7 +569,8 @@ std::string escape_pointer(const std::string& s) {
 class SchemaCompiler {
  public:
   // Rules go into `g`; `prefix` keeps the rule names of several documents compiled into one grammar apart.
-  SchemaCompiler(const ordered_json& root, Grammar& g, std::string prefix = "") : root_(root), g_(g), prefix_(std::move(prefix)) {}
+  SchemaCompiler(const ordered_json& root, Grammar& g, std::string prefix = "")
+      : root_(root), g_(g), prefix_(std::move(prefix)) {}
 
   int root_rule() { return rule_for(root_, "#"); }
 
@@ -517,13 +582,17 @@ class SchemaCompiler {
   Expr sep() { return Expr::seq({ws(), Expr::byte(','), ws()}); }
 
   int string_rule() {
-    if (string_ < 0) string_ = g_.add("string", Expr::seq({Expr::byte('"'), Expr::star(json_char()), Expr::byte('"')}));
+    if (string_ < 0)
+      string_ = g_.add("string", Expr::seq({Expr::byte('"'), Expr::star(json_char()), Expr::byte('"')}));
     return string_;
   }
   Expr number(bool integer) {
-    Expr ip = Expr::alt({Expr::byte('0'), Expr::seq({Expr::range('1', '9'), Expr::repeat(digit_expr(), 0, kMaxIntDigits - 1)})});
+    Expr ip =
+        Expr::alt({Expr::byte('0'),
+                   Expr::seq({Expr::range('1', '9'), Expr::repeat(digit_expr(), 0, kMaxIntDigits - 1)})});
     if (integer) return Expr::seq({Expr::opt(Expr::byte('-')), ip});
-    Expr ex = Expr::seq({Expr::alt({Expr::byte('e'), Expr::byte('E')}), Expr::opt(Expr::alt({Expr::byte('+'), Expr::byte('-')})),
+    Expr ex = Expr::seq({Expr::alt({Expr::byte('e'), Expr::byte('E')}),
+                         Expr::opt(Expr::alt({Expr::byte('+'), Expr::byte('-')})),
                          Expr::repeat(digit_expr(), 1, 3)});
     return Expr::seq({Expr::opt(Expr::byte('-')), ip, Expr::opt(fraction()), Expr::opt(ex)});
   }
@@ -533,13 +602,15 @@ class SchemaCompiler {
     value_ = g_.declare("value");
     const int obj = g_.declare("object"), arr = g_.declare("array");
     Expr pair = Expr::seq({Expr::ref(string_rule()), ws(), Expr::byte(':'), ws(), Expr::ref(value_)});
-    g_.define(obj, Expr::seq({Expr::byte('{'), ws(), Expr::opt(Expr::seq({pair, Expr::star(Expr::seq({sep(), pair})), ws()})),
+    g_.define(obj, Expr::seq({Expr::byte('{'), ws(),
+                              Expr::opt(Expr::seq({pair, Expr::star(Expr::seq({sep(), pair})), ws()})),
                               Expr::byte('}')}));
     Expr item = Expr::ref(value_);
-    g_.define(arr, Expr::seq({Expr::byte('['), ws(), Expr::opt(Expr::seq({item, Expr::star(Expr::seq({sep(), item})), ws()})),
+    g_.define(arr, Expr::seq({Expr::byte('['), ws(),
+                              Expr::opt(Expr::seq({item, Expr::star(Expr::seq({sep(), item})), ws()})),
                               Expr::byte(']')}));
-    g_.define(value_, Expr::alt({Expr::ref(obj), Expr::ref(arr), Expr::ref(string_rule()), number(false), Expr::lit("true"),
-                                 Expr::lit("false"), Expr::lit("null")}));
+    g_.define(value_, Expr::alt({Expr::ref(obj), Expr::ref(arr), Expr::ref(string_rule()), number(false),
+                                 Expr::lit("true"), Expr::lit("false"), Expr::lit("null")}));
     any_object_ = obj;
     return value_;
   }
@@ -571,7 +642,8 @@ class SchemaCompiler {
   }
 
   const ordered_json& resolve(const std::string& ref, const std::string& path, std::string& target) {
-    if (ref.empty() || ref[0] != '#') refuse(path, fmt::format("$ref \"{}\" must point into this schema (start with #)", ref));
+    if (ref.empty() || ref[0] != '#')
+      refuse(path, fmt::format("$ref \"{}\" must point into this schema (start with #)", ref));
     target = ref;
     const ordered_json* cur = &root_;
     size_t i = 1;
@@ -652,8 +724,10 @@ class SchemaCompiler {
     for (const char* k : {"anyOf", "oneOf"}) {
       auto it = s.find(k);
       if (it == s.end()) continue;
-      if (!it->is_array() || it->empty()) refuse(path, fmt::format("{} must be a non-empty array of schemas", k));
-      if (has_constraints(s, {k})) refuse(path, fmt::format("{} next to other constraints is not supported", k));
+      if (!it->is_array() || it->empty())
+        refuse(path, fmt::format("{} must be a non-empty array of schemas", k));
+      if (has_constraints(s, {k}))
+        refuse(path, fmt::format("{} next to other constraints is not supported", k));
       std::vector<Expr> alts;
       for (size_t i = 0; i < it->size(); i++)
         alts.push_back(Expr::ref(rule_for((*it)[i], fmt::format("{}/{}/{}", path, k, i))));
@@ -672,15 +746,16 @@ class SchemaCompiler {
         refuse(path, "type must be a string or an array of strings");
       }
       for (const auto& t : types)
-        if (t != "string" && t != "number" && t != "integer" && t != "boolean" && t != "null" && t != "object" &&
-            t != "array")
+        if (t != "string" && t != "number" && t != "integer" && t != "boolean" && t != "null" &&
+            t != "object" && t != "array")
           refuse(path, fmt::format("unknown type \"{}\"", t));
     }
     auto type_ok = [&](const ordered_json& v) {
       if (types.empty()) return true;
       for (const auto& t : types) {
-        if ((t == "string" && v.is_string()) || (t == "number" && v.is_number()) || (t == "boolean" && v.is_boolean()) ||
-            (t == "null" && v.is_null()) || (t == "object" && v.is_object()) || (t == "array" && v.is_array()) ||
+        if ((t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
+            (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
+            (t == "object" && v.is_object()) || (t == "array" && v.is_array()) ||
             (t == "integer" && v.is_number() && std::floor(v.get<double>()) == v.get<double>()))
           return true;
       }
@@ -699,11 +774,13 @@ class SchemaCompiler {
       return Expr::alt(std::move(alts));
     }
     if (types.empty()) {
-      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties")) types.push_back("object");
+      if (s.contains("properties") || s.contains("required") || s.contains("additionalProperties"))
+        types.push_back("object");
       if (s.contains("items") || s.contains("prefixItems")) types.push_back("array");
       if (s.contains("pattern") || s.contains("format") || s.contains("minLength") || s.contains("maxLength"))
         types.push_back("string");
-      if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") || s.contains("exclusiveMaximum"))
+      if (s.contains("minimum") || s.contains("maximum") || s.contains("exclusiveMinimum") ||
+          s.contains("exclusiveMaximum"))
         types.push_back("number");
       if (types.empty()) return Expr::ref(value_rule());
     }
@@ -727,7 +804,8 @@ class SchemaCompiler {
     if (has_pattern && has_format) refuse_keyword(path, "format", "together with pattern");
     if (has_pattern) {
       if (!s["pattern"].is_string()) refuse(path, "pattern must be a string");
-      return Expr::seq({Expr::byte('"'), regex_string_content(g_, s["pattern"].get<std::string>()), Expr::byte('"')});
+      return Expr::seq(
+          {Expr::byte('"'), regex_string_content(g_, s["pattern"].get<std::string>()), Expr::byte('"')});
     }
     if (has_format) {
       if (!s["format"].is_string()) refuse(path, "format must be a string");
@@ -737,23 +815,29 @@ class SchemaCompiler {
           {"time", kTime},
           {"date-time", std::string(kDate) + "T" + kTime},
           {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
-          // Bounded (a local part of at most three dot-separated atoms, at most three domain labels), so a model
-          // cannot wander inside an address.
+          // Bounded (a local part of at most three dot-separated atoms, at most three domain labels), so a
+          // model cannot wander inside an address.
           {"email",
-           "[a-zA-Z0-9_+-]{1,32}(?:\\.[a-zA-Z0-9_+-]{1,32}){0,2}@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,20}[a-zA-Z0-9])?\\.){1,3}"
+           "[a-zA-Z0-9_+-]{1,32}(?:\\.[a-zA-Z0-9_+-]{1,32}){0,2}@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,20}[a-zA-Z0-"
+           "9])?\\.){1,3}"
            "[a-zA-Z]{2,12}"},
-          {"ipv4", "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"},
+          {"ipv4",
+           "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"},
       };
       auto it = formats.find(f);
       if (it == formats.end())
-        refuse(path, fmt::format("format \"{}\" is not supported (supported: date, time, date-time, uuid, email, ipv4)", f));
+        refuse(
+            path,
+            fmt::format(
+                "format \"{}\" is not supported (supported: date, time, date-time, uuid, email, ipv4)", f));
       return Expr::seq({Expr::byte('"'), regex_string_content(g_, "^" + it->second + "$"), Expr::byte('"')});
     }
     if (!min_len && !max_len) return Expr::ref(string_rule());
     const int64_t mn = min_len.value_or(0), mx = max_len ? *max_len : -1;
     if (mx >= 0 && mx < mn) refuse(path, "maxLength is below minLength");
     if (mn > 1000 || mx > 1000) refuse_keyword(path, mn > 1000 ? "minLength" : "maxLength", "at most 1000");
-    return Expr::seq({Expr::byte('"'), Expr::repeat(json_char(), static_cast<int>(mn), static_cast<int>(mx)), Expr::byte('"')});
+    return Expr::seq({Expr::byte('"'), Expr::repeat(json_char(), static_cast<int>(mn), static_cast<int>(mx)),
+                      Expr::byte('"')});
   }
 
   Expr number_expr(const ordered_json& s, const std::string& path, bool integer) {
@@ -784,21 +868,23 @@ class SchemaCompiler {
     }
     for (auto v : {lo, hi})
       if (v && std::floor(*v) != *v)
-        refuse_keyword(path, lo && v == lo ? (lo_x ? "exclusiveMinimum" : "minimum") : (hi_x ? "exclusiveMaximum" : "maximum"),
-                       "number bounds must be whole numbers");
+        refuse_keyword(
+            path,
+            lo && v == lo ? (lo_x ? "exclusiveMinimum" : "minimum") : (hi_x ? "exclusiveMaximum" : "maximum"),
+            "number bounds must be whole numbers");
     if (lo && hi && (*lo > *hi || (*lo == *hi && (lo_x || hi_x)))) refuse(path, "the range is empty");
     std::vector<Expr> alts;
     // v >= 0: magnitude bounds max(lo, 0) .. hi.
     if (!hi || *hi > 0 || (*hi == 0 && !hi_x)) {
       const bool from_lo = lo && *lo >= 0;
-      alts.push_back(magnitude(from_lo ? static_cast<int64_t>(*lo) : 0, from_lo && lo_x, hi ? static_cast<int64_t>(*hi) : -1,
-                               hi && hi_x));
+      alts.push_back(magnitude(from_lo ? static_cast<int64_t>(*lo) : 0, from_lo && lo_x,
+                               hi ? static_cast<int64_t>(*hi) : -1, hi && hi_x));
     }
     // v < 0: v = -M with M > 0, M <(=) -lo, M >(=) -hi when hi < 0.
     if (!lo || *lo < 0) {
       const bool from_hi = hi && *hi < 0;
-      Expr m = magnitude(from_hi ? static_cast<int64_t>(-*hi) : 0, from_hi ? hi_x : true, lo ? static_cast<int64_t>(-*lo) : -1,
-                         lo && lo_x);
+      Expr m = magnitude(from_hi ? static_cast<int64_t>(-*hi) : 0, from_hi ? hi_x : true,
+                         lo ? static_cast<int64_t>(-*lo) : -1, lo && lo_x);
       alts.push_back(Expr::seq({Expr::byte('-'), std::move(m)}));
     }
     return Expr::alt(std::move(alts));
@@ -852,8 +938,9 @@ class SchemaCompiler {
     auto key = [&](const std::string& name) {
       return Expr::seq({Expr::lit(ordered_json(name).dump()), ws(), Expr::byte(':'), ws()});
     };
-    Expr extra_pair = extra >= 0 ? Expr::seq({Expr::ref(string_rule()), ws(), Expr::byte(':'), ws(), Expr::ref(extra)})
-                                 : Expr::nothing();
+    Expr extra_pair =
+        extra >= 0 ? Expr::seq({Expr::ref(string_rule()), ws(), Expr::byte(':'), ws(), Expr::ref(extra)})
+                   : Expr::nothing();
     // S_i: the members from property i on when none was written yet; T_i: when one was (a comma comes first).
     const size_t n = props.size();
     std::vector<int> S(n + 1), T(n + 1);
@@ -861,7 +948,9 @@ class SchemaCompiler {
       S[i] = g_.declare(fmt::format("{}{}#S{}", prefix_, path, i));
       T[i] = g_.declare(fmt::format("{}{}#T{}", prefix_, path, i));
     }
-    g_.define(S[n], extra >= 0 ? Expr::opt(Expr::seq({extra_pair, Expr::star(Expr::seq({sep(), extra_pair}))})) : Expr::empty());
+    g_.define(S[n], extra >= 0
+                        ? Expr::opt(Expr::seq({extra_pair, Expr::star(Expr::seq({sep(), extra_pair}))}))
+                        : Expr::empty());
     g_.define(T[n], extra >= 0 ? Expr::star(Expr::seq({sep(), extra_pair})) : Expr::empty());
     for (size_t k = n; k-- > 0;) {
       Expr member = Expr::seq({key(props[k].name), Expr::ref(props[k].rule)});
@@ -872,7 +961,8 @@ class SchemaCompiler {
     }
     bool any_required = false;
     for (const auto& p : props) any_required |= p.required;
-    Expr body = any_required ? Expr::seq({Expr::ref(S[0]), ws()}) : Expr::opt(Expr::seq({Expr::ref(S[0]), ws()}));
+    Expr body =
+        any_required ? Expr::seq({Expr::ref(S[0]), ws()}) : Expr::opt(Expr::seq({Expr::ref(S[0]), ws()}));
     return Expr::seq({Expr::byte('{'), ws(), body, Expr::byte('}')});
   }
 
@@ -881,7 +971,8 @@ class SchemaCompiler {
     if (auto it = s.find("prefixItems"); it != s.end()) {
       if (!it->is_array()) refuse(path, "prefixItems must be an array of schemas");
       if (it->size() > 256) refuse_keyword(path, "prefixItems", "at most 256 schemas");
-      for (size_t i = 0; i < it->size(); i++) prefix.push_back(rule_for((*it)[i], fmt::format("{}/prefixItems/{}", path, i)));
+      for (size_t i = 0; i < it->size(); i++)
+        prefix.push_back(rule_for((*it)[i], fmt::format("{}/prefixItems/{}", path, i)));
     }
     int item = -1;  // -1: no further items
     if (auto it = s.find("items"); it != s.end()) {
@@ -921,7 +1012,8 @@ class SchemaCompiler {
   }
 
   static constexpr const char* kDate =
-      "(?:\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|02-(?:0[1-9]|1\\d|2[0-8]))"
+      "(?:\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|02-(?:0["
+      "1-9]|1\\d|2[0-8]))"
       "|(?:\\d\\d(?:0[48]|[2468][048]|[13579][26])|(?:0[48]|[2468][048]|[13579][26])00)-02-29)";
   static constexpr const char* kTime =
       "(?:[01]\\d|2[0-3]):[0-5]\\d:[0-5]\\d(?:\\.\\d{1,6})?(?:Z|[+-](?:[01]\\d|2[0-3]):[0-5]\\d)";
@@ -943,7 +1035,8 @@ Expr regex_string_content(Grammar& g, std::string_view pattern) {
   bool a_start = false, a_end = false;
   Expr e = p.parse(a_start, a_end);
   Expr any = Expr::star(json_char());
-  return Expr::seq({a_start ? Expr::empty() : any, std::move(e), a_end ? Expr::empty() : Expr::star(json_char())});
+  return Expr::seq(
+      {a_start ? Expr::empty() : any, std::move(e), a_end ? Expr::empty() : Expr::star(json_char())});
 }
 
 Grammar json_schema_grammar(const ordered_json& schema) {
@@ -976,8 +1069,8 @@ Grammar tool_call_grammar(const std::vector<ToolSpec>& tools, const ToolCallSynt
     } catch (const InvalidInput& e) {
       throw InvalidInput(fmt::format("parameters of tool \"{}\": {}", tools[i].name, e.what()));
     }
-    calls.push_back(Expr::seq({Expr::lit(syntax.open), Expr::lit(syntax.prefix + tools[i].name), Expr::ref(args),
-                               Expr::lit(syntax.close)}));
+    calls.push_back(Expr::seq({Expr::lit(syntax.open), Expr::lit(syntax.prefix + tools[i].name),
+                               Expr::ref(args), Expr::lit(syntax.close)}));
   }
   g.root = g.add("tool calls", Expr::repeat(Expr::alt(std::move(calls)), 1, max_calls));
   return g;

@@ -7,14 +7,15 @@
 
 namespace vatic::grammar {
 
-// Interned stacks: frame = (node, parent frame); parent -1 is the bottom (the root, or the node a walk started
-// from when classifying tokens).
+// Interned stacks: frame = (node, parent frame); parent -1 is the bottom (the root, or the node a walk
+// started from when classifying tokens).
 class Pda {
  public:
   explicit Pda(const Automaton& a) : a_(a) {}
 
   int32_t intern(int32_t node, int32_t parent) {
-    const uint64_t key = (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 32) | static_cast<uint32_t>(parent);
+    const uint64_t key =
+        (static_cast<uint64_t>(static_cast<uint32_t>(node)) << 32) | static_cast<uint32_t>(parent);
     auto [it, fresh] = index_.try_emplace(key, static_cast<int32_t>(nodes_.size()));
     if (fresh) {
       nodes_.push_back(node);
@@ -24,7 +25,8 @@ class Pda {
   }
   int32_t node(int32_t f) const { return nodes_[f]; }
 
-  // Adds the stacks reachable from frame f without reading a byte; `ended` when one empties (pops the bottom).
+  // Adds the stacks reachable from frame f without reading a byte; `ended` when one empties (pops the
+  // bottom).
   void closure(int32_t f, std::vector<int32_t>& out, bool& ended, int depth = 0) {
     if (depth > 1000) throw InvalidInput("the schema recurses without producing any output (a $ref cycle)");
     const int32_t n = nodes_[f], parent = parents_[f];
@@ -79,8 +81,8 @@ size_t common_prefix(const std::string& a, const std::string& b) {
 
 // Walks tokens (in sorted-bytes order) from the stacks `init`, sharing the work of common prefixes.
 template <typename Ids, typename F>
-void walk(Pda& pda, const TokenVocab& vocab, const std::vector<int32_t>& init, bool init_ended, const Ids& ids,
-          F&& on_token) {
+void walk(Pda& pda, const TokenVocab& vocab, const std::vector<int32_t>& init, bool init_ended,
+          const Ids& ids, F&& on_token) {
   struct Level {
     uint32_t begin, end;
     bool ended, ended_before;
@@ -231,7 +233,9 @@ Matcher::Matcher(std::shared_ptr<const CompiledGrammar> grammar, std::vector<int
 
 Matcher::~Matcher() = default;
 
-bool Matcher::is_complete() const { return history_.back().complete || history_.back().terminated; }
+bool Matcher::is_complete() const {
+  return history_.back().complete || history_.back().terminated;
+}
 
 bool Matcher::advance(const State& from, int32_t token, State& to) {
   if (token < 0 || token >= g_->vocab_size()) return false;
@@ -251,7 +255,8 @@ bool Matcher::advance(const State& from, int32_t token, State& to) {
     pda_->step(v, begin, end, static_cast<unsigned char>(s[i]), ended);
     begin = end;
     end = v.size();
-    if (begin == end && (!ended || i + 1 < s.size())) return false;  // dead, or the root ended before the token
+    if (begin == end && (!ended || i + 1 < s.size()))
+      return false;  // dead, or the root ended before the token
   }
   to.stacks.assign(v.begin() + begin, v.end());
   to.complete = ended;
@@ -271,7 +276,8 @@ bool Matcher::allows(int32_t token) {
 }
 
 void Matcher::rollback(int n) {
-  VATIC_CHECK(n >= 0 && static_cast<size_t>(n) < history_.size(), "grammar rollback of {} tokens past the start", n);
+  VATIC_CHECK(n >= 0 && static_cast<size_t>(n) < history_.size(),
+              "grammar rollback of {} tokens past the start", n);
   history_.resize(history_.size() - n);
 }
 

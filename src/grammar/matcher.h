@@ -1,12 +1,14 @@
 #pragma once
-// Constrained decoding: a compiled grammar over a model's vocabulary, and a matcher that follows one generation.
+// Constrained decoding: a compiled grammar over a model's vocabulary, and a matcher that follows one
+// generation.
 //
 // The matcher is a pushdown automaton over bytes. Its state is a set of stacks (frames interned in a pool, so
-// equal stacks are equal ids). The token mask of a state is the union over its stacks of what each stack's top
-// node allows; what a node allows is mostly independent of the frames under it, so it is computed once per node
-// (lazily, then shared by every request using the grammar): tokens accepted whatever lies below, tokens rejected
-// whatever lies below, and the few "uncertain" tokens that finish the node's rule and go on into the caller.
-// Only those are checked against the real stacks at each step, in sorted order so common prefixes are walked once.
+// equal stacks are equal ids). The token mask of a state is the union over its stacks of what each stack's
+// top node allows; what a node allows is mostly independent of the frames under it, so it is computed once
+// per node (lazily, then shared by every request using the grammar): tokens accepted whatever lies below,
+// tokens rejected whatever lies below, and the few "uncertain" tokens that finish the node's rule and go on
+// into the caller. Only those are checked against the real stacks at each step, in sorted order so common
+// prefixes are walked once.
 #include <atomic>
 #include <cstdint>
 #include <memory>
@@ -22,8 +24,12 @@ namespace vatic::grammar {
 
 // Bits over the vocabulary, 64 tokens a word.
 using TokenBitset = std::vector<uint64_t>;
-inline bool test_bit(const uint64_t* bits, int64_t i) { return (bits[i >> 6] >> (i & 63)) & 1; }
-inline void set_bit(uint64_t* bits, int64_t i) { bits[i >> 6] |= uint64_t(1) << (i & 63); }
+inline bool test_bit(const uint64_t* bits, int64_t i) {
+  return (bits[i >> 6] >> (i & 63)) & 1;
+}
+inline void set_bit(uint64_t* bits, int64_t i) {
+  bits[i >> 6] |= uint64_t(1) << (i & 63);
+}
 
 class Pda;
 

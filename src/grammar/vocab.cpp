@@ -30,7 +30,8 @@ const std::map<char32_t, unsigned char>& byte_level_inverse() {
     int n = 0;
     for (int b = 0; b < 256; b++) {
       bool printable = (b >= 33 && b <= 126) || (b >= 161 && b <= 172) || (b >= 174 && b <= 255);
-      r[printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++)] = static_cast<unsigned char>(b);
+      r[printable ? static_cast<char32_t>(b) : static_cast<char32_t>(256 + n++)] =
+          static_cast<unsigned char>(b);
     }
     return r;
   }();
@@ -66,7 +67,11 @@ TokenVocab TokenVocab::from_tokenizer(const Tokenizer& tok, int64_t size) {
   // A token's text is what it adds after an ordinary token: decode([anchor, id]) minus decode([anchor]), so
   // decoders that treat the first token specially (a stripped leading space) do not distort it.
   int32_t anchor = -1;
-  for (const char* a : {"a", "x", "e", "\xE2\x96\x81" "a", "\xC4\xA0" "a"})
+  for (const char* a : {"a", "x", "e",
+                        "\xE2\x96\x81"
+                        "a",
+                        "\xC4\xA0"
+                        "a"})
     if (auto id = tok.token_to_id(a); id && !tok.is_added(*id)) {
       anchor = *id;
       break;
@@ -79,7 +84,8 @@ TokenVocab TokenVocab::from_tokenizer(const Tokenizer& tok, int64_t size) {
     // Added tokens go through the decoder too (as Tokenizer::decode does); special ones are never text.
     std::optional<std::string_view> s;
     if (const tok::AddedToken* t = impl.added_token(id)) {
-      // Some tokenizers list the byte-fallback tokens as special added tokens; they still decode to their byte.
+      // Some tokenizers list the byte-fallback tokens as special added tokens; they still decode to their
+      // byte.
       if (t->special && byte_token(t->content) < 0) {
         v.bytes_[id] = special_bytes(t->content);
         continue;
@@ -100,7 +106,8 @@ TokenVocab TokenVocab::from_tokenizer(const Tokenizer& tok, int64_t size) {
     } else {
       text = impl.decode({id}, false);
     }
-    // Byte-level tokens that hold part of a UTF-8 character decode to U+FFFD; map their characters back to bytes.
+    // Byte-level tokens that hold part of a UTF-8 character decode to U+FFFD; map their characters back to
+    // bytes.
     if (text.find("\xEF\xBF\xBD") != std::string::npos && s->find("\xEF\xBF\xBD") == std::string::npos) {
       cps.clear();
       std::string raw;
@@ -127,9 +134,8 @@ void TokenVocab::index() {
   sorted_.clear();
   for (int32_t i = 0; i < static_cast<int32_t>(bytes_.size()); i++)
     if (!bytes_[i].empty()) sorted_.push_back(i);
-  std::sort(sorted_.begin(), sorted_.end(), [&](int32_t a, int32_t b) {
-    return bytes_[a] < bytes_[b] || (bytes_[a] == bytes_[b] && a < b);
-  });
+  std::sort(sorted_.begin(), sorted_.end(),
+            [&](int32_t a, int32_t b) { return bytes_[a] < bytes_[b] || (bytes_[a] == bytes_[b] && a < b); });
   lcp_.assign(sorted_.size(), 0);
   max_len_ = 0;
   for (size_t i = 0; i < sorted_.size(); i++) {

@@ -13,9 +13,11 @@
 //   POST /tokenize     {"content", "add_special"?} -> {"tokens":[...]}
 //   POST /detokenize   {"tokens":[...]} -> {"content"}
 //   POST /completion   {"prompt": text | "tokens": [...], "add_special"?, "options": {...}, "logprobs"?,
-//                       "top_logprobs"?, "format"?, "check_only"?}
+//                       "top_logprobs"?, "format"?, "tool_calls"?, "check_only"?}
 //       format: "json" (any JSON object) or a JSON schema; the output is constrained to it (a schema vatic cannot
-//       honour is a 400 naming the keyword).
+//       honour is a 400 naming the keyword). tool_calls: {"open", "prefix", "close", "max_calls", "tools": [{"name",
+//       "parameters"}]} constrains the output to 1..max_calls tool calls `open prefix NAME {JSON args} close`
+//       (markers that are special tokens must be those tokens).
 //       Validation (prompt within the context, sampler options) happens before the response starts: a bad request
 //       gets 400 with {"error"}. With check_only the answer is {"prompt_tokens": N} and nothing runs.
 //       Otherwise the body is JSON lines (application/x-ndjson), one per generated token:

@@ -16,7 +16,9 @@ namespace {
 
 namespace fs = std::filesystem;
 
-fs::path demo(const char* name) { return fs::path(VATIC_SOURCE_DIR) / "models" / "demo" / name; }
+fs::path demo(const char* name) {
+  return fs::path(VATIC_SOURCE_DIR) / "models" / "demo" / name;
+}
 
 struct Demo {
   std::unique_ptr<LanguageModel> lm;
@@ -32,15 +34,16 @@ Demo& demo_pair() {
     auto ds = ModelSource::from_directory(demo("gemma4-demo-assistant"));
     x.drafter = load_drafter(*x.lm, &ds);
     x.tok = std::make_unique<Tokenizer>(Tokenizer::load(demo("gemma4-demo")));
-    x.vocab = std::make_shared<grammar::TokenVocab>(grammar::TokenVocab::from_tokenizer(*x.tok, x.lm->info().vocab_size));
+    x.vocab = std::make_shared<grammar::TokenVocab>(
+        grammar::TokenVocab::from_tokenizer(*x.tok, x.lm->info().vocab_size));
     return x;
   }();
   return d;
 }
 
 std::shared_ptr<const grammar::CompiledGrammar> compile(const std::string& schema) {
-  grammar::Grammar g =
-      schema == "json" ? grammar::json_object_grammar() : grammar::json_schema_grammar(ordered_json::parse(schema));
+  grammar::Grammar g = schema == "json" ? grammar::json_object_grammar()
+                                        : grammar::json_schema_grammar(ordered_json::parse(schema));
   auto cg = std::make_shared<grammar::CompiledGrammar>(grammar::compile(g), demo_pair().vocab);
   return cg;
 }
@@ -51,8 +54,8 @@ struct Out {
   GenerateStats stats;
 };
 
-Out generate(const std::shared_ptr<const grammar::CompiledGrammar>& g, bool use_drafter, int depth, float temperature,
-             int64_t seed, int max_tokens = 200) {
+Out generate(const std::shared_ptr<const grammar::CompiledGrammar>& g, bool use_drafter, int depth,
+             float temperature, int64_t seed, int max_tokens = 200) {
   Demo& d = demo_pair();
   Generator gen(*d.lm, use_drafter ? d.drafter.get() : nullptr);
   GenerateOptions o;
@@ -64,10 +67,11 @@ Out generate(const std::shared_ptr<const grammar::CompiledGrammar>& g, bool use_
   if (temperature > 0) o.sampling.top_k = 40;
   auto st = d.lm->new_state();
   Out out;
-  out.stats = gen.generate(*st, d.tok->encode("Elizabeth wrote down the facts as JSON:", true), o, [&](const TokenEvent& e) {
-    out.ids.push_back(e.token);
-    return true;
-  });
+  out.stats = gen.generate(*st, d.tok->encode("Elizabeth wrote down the facts as JSON:", true), o,
+                           [&](const TokenEvent& e) {
+                             out.ids.push_back(e.token);
+                             return true;
+                           });
   out.text = d.tok->decode(out.ids);
   return out;
 }
@@ -114,7 +118,8 @@ TEST(GrammarGeneration, SpeculativeGreedyEqualsPlainGreedy) {
     Out plain = generate(g, false, 0, 0.0f, 1, 80);
     for (int depth : {2, -1}) {
       Out spec = generate(g, true, depth, 0.0f, 1, 80);
-      EXPECT_EQ(spec.ids, plain.ids) << "depth " << depth << "\nplain: " << plain.text << "\nspec:  " << spec.text;
+      EXPECT_EQ(spec.ids, plain.ids) << "depth " << depth << "\nplain: " << plain.text
+                                     << "\nspec:  " << spec.text;
       if (depth > 0) {
         EXPECT_GT(spec.stats.rounds, 0);
       }

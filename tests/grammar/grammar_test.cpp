@@ -13,18 +13,21 @@ namespace {
 
 // A small vocabulary with tokens that span several JSON terminals.
 std::vector<std::string> small_vocab() {
-  std::vector<std::string> v = {"", "", "{", "}", "[", "]", "\"", ",", ":", " ", "\n", "  ", "\",", "\":", "\"}",
-                                "{\"", "\": \"", "\", \"", "\"]", "],", "},", "true", "false", "null", "0", "1", "2",
-                                "3", "9", "10", "-", ".", "e", "a", "b", "c", "ab", "abc", "name", "age", "\\", "\\n",
-                                "\\\"", "n", "u", "x", "é", "\xC3", "\xA9", "2024", "-0", "12", "5.", "T", "Z", "@",
-                                "com", "\": ", "\"name", "\"age", "tags", "red", "green", "\"red\"", " {", "}\n", "\t"};
+  std::vector<std::string> v = {
+      "",     "",     "{",     "}",       "[",      "]",      "\"",   ",",  ":",   " ",    "\n",     "  ",
+      "\",",  "\":",  "\"}",   "{\"",     "\": \"", "\", \"", "\"]",  "],", "},",  "true", "false",  "null",
+      "0",    "1",    "2",     "3",       "9",      "10",     "-",    ".",  "e",   "a",    "b",      "c",
+      "ab",   "abc",  "name",  "age",     "\\",     "\\n",    "\\\"", "n",  "u",   "x",    "é",      "\xC3",
+      "\xA9", "2024", "-0",    "12",      "5.",     "T",      "Z",    "@",  "com", "\": ", "\"name", "\"age",
+      "tags", "red",  "green", "\"red\"", " {",     "}\n",    "\t"};
   for (char c = 'a'; c <= 'z'; c++) v.push_back(std::string(1, c));
   for (char c = '0'; c <= '9'; c++) v.push_back(std::string(1, c));
   for (const char* s : {"-", ":", ".", "@", "+", "_", "F", "f", "A", "E", "D", "8"}) v.push_back(s);
   return v;
 }
 
-std::shared_ptr<CompiledGrammar> compile_schema(const std::string& schema, const std::vector<std::string>& vocab) {
+std::shared_ptr<CompiledGrammar> compile_schema(const std::string& schema,
+                                                const std::vector<std::string>& vocab) {
   auto v = std::make_shared<TokenVocab>(TokenVocab::from_bytes(vocab));
   Grammar g = schema == "json" ? json_object_grammar() : json_schema_grammar(ordered_json::parse(schema));
   return std::make_shared<CompiledGrammar>(compile(g), v);
@@ -53,7 +56,8 @@ void check_mask(Matcher& m) {
   std::vector<uint64_t> bits(m.mask_words());
   m.fill_mask(bits.data());
   for (int32_t t = 0; t < m.grammar().vocab_size(); t++)
-    ASSERT_EQ(test_bit(bits.data(), t), m.allows(t)) << "token " << t << " '" << m.grammar().vocab().bytes(t) << "'";
+    ASSERT_EQ(test_bit(bits.data(), t), m.allows(t))
+        << "token " << t << " '" << m.grammar().vocab().bytes(t) << "'";
 }
 
 std::string random_walk(Matcher& m, std::mt19937& rng, int max_tokens, bool check) {
@@ -110,9 +114,10 @@ TEST(Grammar, StopTokenOnlyWhenComplete) {
 }
 
 TEST(Grammar, MultiTerminalTokens) {
-  auto g = compile_schema(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},
+  auto g =
+      compile_schema(R"({"type":"object","properties":{"name":{"type":"string"},"age":{"type":"integer"}},
                              "required":["name","age"]})",
-                          small_vocab());
+                     small_vocab());
   Matcher m(g, {1});
   auto id = [&](const std::string& s) {
     for (int32_t i = 0; i < g->vocab_size(); i++)
@@ -198,12 +203,13 @@ TEST(Grammar, PatternsAndFormats) {
   auto u = compile_schema(R"({"type":"string","pattern":"a.c"})", small_vocab());
   Matcher mu(u, {1});
   EXPECT_TRUE(accepts_text(mu, "\"xxabcxx\"", u->vocab()));  // unanchored, as JSON Schema says
-  EXPECT_TRUE(accepts_text(mu, "\"a\\\"c\"", u->vocab()));    // a quote inside is escaped
+  EXPECT_TRUE(accepts_text(mu, "\"a\\\"c\"", u->vocab()));   // a quote inside is escaped
   EXPECT_FALSE(accepts_text(mu, "\"ac\"", u->vocab()));
 }
 
 TEST(Grammar, ArrayCounts) {
-  auto g = compile_schema(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":2})", small_vocab());
+  auto g = compile_schema(R"({"type":"array","items":{"type":"integer"},"minItems":1,"maxItems":2})",
+                          small_vocab());
   Matcher m(g, {1});
   EXPECT_FALSE(accepts_text(m, "[]", g->vocab()));
   EXPECT_FALSE(accepts_text(m, "[ ]", g->vocab()));
@@ -260,7 +266,8 @@ TEST(Grammar, RefusesWhatItCannotHonour) {
 
 TEST(Grammar, RecursionWithoutOutputIsRefused) {
   auto v = std::make_shared<TokenVocab>(TokenVocab::from_bytes(small_vocab()));
-  Grammar g = json_schema_grammar(ordered_json::parse(R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"));
+  Grammar g =
+      json_schema_grammar(ordered_json::parse(R"({"$defs":{"a":{"$ref":"#/$defs/a"}},"$ref":"#/$defs/a"})"));
   EXPECT_THROW(CompiledGrammar(compile(g), v), InvalidInput);
 }
 
@@ -269,11 +276,13 @@ TEST(Grammar, ToolCallsWithSpecialTokenMarkers) {
   const int32_t open = static_cast<int32_t>(vocab.size()), close = open + 1;
   vocab.push_back(TokenVocab::special_bytes("<|tool_call>"));
   vocab.push_back(TokenVocab::special_bytes("<tool_call|>"));
-  for (const char* t : {"call", ":", "call:", "get", "_", "time", "tz", "U", "T", "C", "UTC", "<|tool_call>", "<"})
+  for (const char* t :
+       {"call", ":", "call:", "get", "_", "time", "tz", "U", "T", "C", "UTC", "<|tool_call>", "<"})
     vocab.push_back(t);
   auto v = std::make_shared<TokenVocab>(TokenVocab::from_bytes(vocab));
   Grammar g = tool_call_grammar(
-      {{"get_time", ordered_json::parse(R"({"type":"object","properties":{"tz":{"enum":["UTC"]}},"required":["tz"]})")}},
+      {{"get_time",
+        ordered_json::parse(R"({"type":"object","properties":{"tz":{"enum":["UTC"]}},"required":["tz"]})")}},
       {TokenVocab::special_bytes("<|tool_call>"), "call:", TokenVocab::special_bytes("<tool_call|>")}, 2);
   auto cg = std::make_shared<CompiledGrammar>(compile(g), v);
   Matcher m(cg, {1});

@@ -15,6 +15,10 @@ namespace {
 // Below about a million multiply-adds (a few hundred microseconds on one core) waking the other threads costs more
 // than it saves, and far more when the machine is busy with other work.
 constexpr int64_t kMinParallelWork = int64_t{1} << 20;
+// Matmuls split their output rows across threads from about 128 K multiply-adds (a few microseconds on one core):
+// threads that just finished a region are still spinning, so the fork and join cost about a microsecond, and a
+// small model's decode (matrices of 0.1–1 M multiply-adds) only gains from a second thread this way.
+constexpr int64_t kMinParallelMatmul = int64_t{1} << 17;
 
 using cpu::kernels;
 
@@ -192,7 +196,7 @@ class CpuBackend final : public Backend {
   template <typename F>
   static void parallel_rows(int64_t N, int64_t work, F&& f) {
     constexpr int64_t kAlign = 16;
-    int nt = work > kMinParallelWork ? omp_get_max_threads() : 1;
+    int nt = work >= kMinParallelMatmul ? omp_get_max_threads() : 1;
     nt = static_cast<int>(std::min<int64_t>(nt, (N + kAlign - 1) / kAlign));
     if (nt <= 1) {
       f(int64_t{0}, N);

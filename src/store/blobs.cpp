@@ -75,7 +75,23 @@ bool write_direct(int fd, const std::vector<Chunk>& chunks, const fs::path& path
   std::unique_ptr<void, void (*)(void*)> hold(mem, std::free);
   char* buf = static_cast<char*>(mem);
   size_t fill = 0;
-  auto flush = [&](size_t n) { write_all(fd, buf, n, path); };
+  uint64_t written = 0;
+  // A file system may accept O_DIRECT at open and still refuse these writes (larger blocks): then, as long as
+  // nothing is written yet, the caller falls back to buffered writes.
+  auto flush = [&](size_t n) {
+    if (written == 0) {
+      ssize_t w;
+      do w = ::write(fd, buf, n);
+      while (w < 0 && errno == EINTR);
+      if (w < 0 && errno == EINVAL) return false;
+      if (w < 0) fail("cannot write {}: {}", path.string(), std::strerror(errno));
+      if (static_cast<size_t>(w) < n) write_all(fd, buf + w, n - static_cast<size_t>(w), path);
+    } else {
+      write_all(fd, buf, n, path);
+    }
+    written += n;
+    return true;
+  };
   for (const auto& [p, n] : chunks) {
     const char* q = static_cast<const char*>(p);
     size_t left = n;
@@ -86,13 +102,13 @@ bool write_direct(int fd, const std::vector<Chunk>& chunks, const fs::path& path
       q += take;
       left -= take;
       if (fill == kStage) {
-        flush(kStage);
+        if (!flush(kStage)) return false;
         fill = 0;
       }
     }
   }
   const size_t whole = fill / kAlign * kAlign;
-  if (whole) flush(whole);
+  if (whole && !flush(whole)) return false;
   if (fill > whole) {
     int fl = ::fcntl(fd, F_GETFL);
     if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0)

@@ -100,7 +100,9 @@ TEST(RunParallelTest, StopsAfterAFailureAndRethrowsIt) {
     } catch (const InvalidInput& e) {
       EXPECT_STREQ(e.what(), "job 3 failed");
     }
-    if (threads == 1) EXPECT_EQ(ran.load(), 4);  // nothing after the failure started
+    if (threads == 1) {
+      EXPECT_EQ(ran.load(), 4);  // nothing after the failure started
+    }
   }
 }
 

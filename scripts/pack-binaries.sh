@@ -19,7 +19,7 @@ for b in "$@"; do
   chmod +x "$out/$rel"
   ldd "$b" | awk '/=> \//{print $3}' | while read -r lib; do
     case $(basename "$lib") in
-      libc.so* | libm.so* | libpthread* | libdl.so* | librt.so* | ld-linux* | libstdc++* | libgcc_s* | libcuda.so* | \
+      libc.so* | libm.so* | libmvec.so* | libpthread* | libdl.so* | librt.so* | ld-linux* | libstdc++* | libgcc_s* | libcuda.so* | \
         libcudart* | libcublas* | libnvidia* | libnvrtc*) ;;
       *) cp -n "$lib" "$out/.lib/" ;;
     esac

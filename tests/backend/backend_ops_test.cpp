@@ -466,6 +466,45 @@ TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
   }
 }
 
+// The vector tanh behind GELU, tanh, gated GELU and the soft-cap, on every ISA: lengths with tails, several
+// blocks and the threaded path; values from tiny to saturated; the same 1e-5 bound as the scalar reference.
+TEST(Elementwise, TanhFamilyPerIsa) {
+  Backend& be = cpu_backend();
+  auto gelu = [](double x) { return 0.5 * x * (1 + std::tanh(0.7978845608028654 * (x + 0.044715 * x * x * x))); };
+  for (int64_t n : {int64_t{1}, int64_t{15}, int64_t{17}, int64_t{1023}, int64_t{2049}, int64_t{70001}}) {
+    SCOPED_TRACE("n=" + std::to_string(n));
+    Tensor a = random_tensor({n}, DType::F32, 6.0f), b = random_tensor({n});
+    float* A = a.data<float>();
+    if (n > 4) {
+      A[0] = 1e-30f;
+      A[1] = -3e-8f;
+      A[2] = 40.0f;
+      A[3] = -40.0f;
+    }
+    const float* B = b.data<float>();
+    for_each_isa([&] {
+      Tensor y = Tensor::empty({n}, DType::F32);
+      auto check = [&](auto f, const char* what) {
+        for (int64_t i = 0; i < n; i++) {
+          double want = f(i);
+          ASSERT_NEAR(y.data<float>()[i], want, 1e-5 * (1 + std::fabs(want))) << what << " at " << i;
+        }
+      };
+      be.unary(Unary::Tanh, a, y);
+      check([&](int64_t i) { return std::tanh(double(A[i])); }, "tanh");
+      if (n > 4) {
+        EXPECT_EQ(y.data<float>()[0], 1e-30f);  // tanh(x) = x for tiny x, not 0
+      }
+      be.unary(Unary::GeluTanh, a, y);
+      check([&](int64_t i) { return gelu(A[i]); }, "gelu");
+      be.gated(Unary::GeluTanh, a, b, y);
+      check([&](int64_t i) { return gelu(A[i]) * B[i]; }, "gated");
+      be.softcap(a, 30.0f, y);
+      check([&](int64_t i) { return 30.0 * std::tanh(A[i] / 30.0); }, "softcap");
+    });
+  }
+}
+
 TEST(Embedding, Bf16RowsScaled) {
   Tensor table = random_tensor({50, 33}, DType::BF16);
   Tensor out = Tensor::empty({3, 33}, DType::F32);

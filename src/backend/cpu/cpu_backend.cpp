@@ -17,6 +17,10 @@ namespace {
 // Below about a million multiply-adds (a few hundred microseconds on one core) waking the other threads costs more
 // than it saves, and far more when the machine is busy with other work.
 constexpr int64_t kMinParallelWork = int64_t{1} << 20;
+// Matmuls split their output rows across threads from about 128 K multiply-adds (a few microseconds on one core):
+// threads that just finished a region are still spinning, so the fork and join cost about a microsecond, and a
+// small model's decode (matrices of 0.1–1 M multiply-adds) only gains from a second thread this way.
+constexpr int64_t kMinParallelMatmul = int64_t{1} << 17;
 
 using cpu::kernels;
 
@@ -201,7 +205,7 @@ class CpuBackend final : public Backend {
   template <typename F>
   static void parallel_rows(int64_t N, int64_t work, F&& f) {
     constexpr int64_t kAlign = 16;
-    int nt = work > kMinParallelWork ? omp_get_max_threads() : 1;
+    int nt = work >= kMinParallelMatmul ? omp_get_max_threads() : 1;
     nt = static_cast<int>(std::min<int64_t>(nt, (N + kAlign - 1) / kAlign));
     if (nt <= 1) {
       f(int64_t{0}, N);
@@ -441,10 +445,45 @@ class CpuBackend final : public Backend {
     }
     return x;
   }
+  // Tanh-based activations in blocks through the vector tanh: Y[i] = f(A[i]) (· U[i] when U is given), with f the
+  // same expression as act() except that tanh comes from kernels().tanh.
+  static constexpr int64_t kActBlock = 1024;
+  static void tanh_act(Unary op, const float* A, const float* U, float* Y, int64_t n, float cap = 1.0f) {
+    const auto& k = kernels();
+    auto block = [&](int64_t i0) {
+      const int64_t m = std::min(kActBlock, n - i0);
+      float z[kActBlock];
+      const float* a = A + i0;
+      const float c = 0.7978845608028654f;  // sqrt(2/pi)
+      if (op == Unary::GeluTanh) {
+        for (int64_t i = 0; i < m; i++) z[i] = c * (a[i] + 0.044715f * a[i] * a[i] * a[i]);
+      } else if (cap != 1.0f) {
+        for (int64_t i = 0; i < m; i++) z[i] = a[i] / cap;
+      } else {
+        for (int64_t i = 0; i < m; i++) z[i] = a[i];
+      }
+      k.tanh(z, z, m);
+      float* y = Y + i0;
+      if (op == Unary::GeluTanh) {
+        if (U)
+          for (int64_t i = 0; i < m; i++) y[i] = 0.5f * a[i] * (1.0f + z[i]) * U[i0 + i];
+        else
+          for (int64_t i = 0; i < m; i++) y[i] = 0.5f * a[i] * (1.0f + z[i]);
+      } else if (U) {
+        for (int64_t i = 0; i < m; i++) y[i] = cap * z[i] * U[i0 + i];
+      } else {
+        for (int64_t i = 0; i < m; i++) y[i] = cap * z[i];
+      }
+    };
+    const int64_t blocks = (n + kActBlock - 1) / kActBlock;
+#pragma omp parallel for schedule(static) if (n > 65536)
+    for (int64_t b = 0; b < blocks; b++) block(b * kActBlock);
+  }
   void unary(Unary op, const Tensor& a, const Tensor& y) override {
     const float* A = a.data<float>();
     float* Y = y.data<float>();
     const int64_t n = a.numel();
+    if (op == Unary::GeluTanh || op == Unary::Tanh) return tanh_act(op, A, nullptr, Y, n);
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) Y[i] = act(op, A[i]);
   }
@@ -455,10 +494,13 @@ class CpuBackend final : public Backend {
     const float* U = u.data<float>();
     float* Y = y.data<float>();
     const int64_t n = g.numel();
+    if (op == Unary::GeluTanh || op == Unary::Tanh) return tanh_act(op, G, U, Y, n);
 #pragma omp parallel for schedule(static) if (n > 65536)
     for (int64_t i = 0; i < n; i++) Y[i] = act(op, G[i]) * U[i];
   }
   void softcap(const Tensor& a, float cap, const Tensor& y) override {
+    if (a.is_contiguous() && y.is_contiguous() && cap != 1.0f)
+      return tanh_act(Unary::Tanh, a.data<float>(), nullptr, y.data<float>(), a.numel(), cap);
     const float* A = a.data<float>();
     float* Y = y.data<float>();
     for (int64_t i = 0; i < a.numel(); i++) Y[i] = cap * std::tanh(A[i] / cap);

@@ -22,6 +22,7 @@ struct V {
   static vec zero() { return _mm512_setzero_ps(); }
   static vec set1(float f) { return _mm512_set1_ps(f); }
   static vec loadx(const float* p) { return _mm512_loadu_ps(p); }
+  static void store(float* p, vec v) { _mm512_storeu_ps(p, v); }
   static vec load_w(const float* p) { return _mm512_loadu_ps(p); }
   static vec load_w(const uint16_t* p) {
     __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));

@@ -15,6 +15,7 @@ struct V {
   static vec zero() { return 0.0f; }
   static vec set1(float f) { return f; }
   static vec loadx(const float* p) { return *p; }
+  static void store(float* p, vec v) { *p = v; }
   static vec load_w(const float* p) { return *p; }
   static vec load_w(const uint16_t* p) {
     uint32_t u = static_cast<uint32_t>(*p) << 16;

@@ -41,10 +41,11 @@ inline void dense_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw, in
     for (int r = 0; r < NR; r++) wv[r] = V::load_w(w + r * ldw + k);
     if constexpr (V::W > 1 && TR <= 2) {
       // Decode / short verify: prefetch the same inputs of the next tile's rows so DRAM streams stay busy across
-      // short rows (hardware prefetchers ramp up too slowly on 1.5–3 KB rows). A prefetch never faults.
+      // short rows (hardware prefetchers ramp up too slowly on 1.5–3 KB rows). A prefetch never faults. Into every
+      // cache level (T0): a non-temporal prefetch skips L2 on Intel cores and made decode up to 2x slower there.
 #pragma GCC unroll 8
       for (int r = 0; r < NR; r++)
-        __builtin_prefetch(reinterpret_cast<const char*>(w + (r + NR) * ldw + k) + 256, 0, 0);
+        __builtin_prefetch(reinterpret_cast<const char*>(w + (r + NR) * ldw + k) + 256, 0, 3);
     }
 #pragma GCC unroll 8
     for (int t = 0; t < TR; t++) {
@@ -141,7 +142,7 @@ inline void quant_tile(const cpu::QGemmArgs& A, const float* x, const uint8_t* q
       const uint8_t* qc = q + c * BITS / 8;
       if constexpr (V::W > 1 && TR <= 2) {
 #pragma GCC unroll 8
-        for (int r = 0; r < NR; r++) __builtin_prefetch(qc + (r + NR) * ldq + 128, 0, 0);
+        for (int r = 0; r < NR; r++) __builtin_prefetch(qc + (r + NR) * ldq + 128, 0, 3);
       }
 #pragma GCC unroll 32
       for (int v = 0; v < NV; v++) {
@@ -187,8 +188,68 @@ inline void quant_tiles(int64_t tr, const cpu::QGemmArgs& A, const float* x, con
   }
 }
 
+// Dequantizes NR rows × inputs [k0, k1) into `out` (row stride k1 - k0), in the order the register kernels use
+// (int4: low nibbles of each 16 bytes, then high nibbles, matching the pre-permuted activations), with the same
+// w = fma(q, s, b) in f32: a dense tile over this buffer computes exactly what quant_tile computes.
+template <int NR, int BITS>
+inline void dequant_tile(const cpu::QGemmArgs& A, const uint8_t* q, const uint16_t* s, const uint16_t* b, int64_t k0,
+                         int64_t k1, float* out) {
+  const int64_t ld = k1 - k0;
+  for (int r = 0; r < NR; r++) {
+    const uint8_t* qr = q + r * A.ldq;
+    float* o = out + r * ld - k0;
+    for (int64_t g0 = k0; g0 < k1; g0 += A.group) {
+      const typename V::vec sv = V::set1(bf16f(s[r * A.lds + g0 / A.group]));
+      const typename V::vec bv = V::set1(bf16f(b[r * A.lds + g0 / A.group]));
+      for (int64_t c = g0; c < g0 + A.group; c += 32) {
+        const uint8_t* p = qr + c * BITS / 8;
+        constexpr int NV = 32 / V::W;
+#pragma GCC unroll 32
+        for (int v = 0; v < NV; v++) {
+          typename V::vec qv;
+          if constexpr (BITS == 8)
+            qv = V::q8(p + v * V::W);
+          else
+            qv = v < NV / 2 ? V::q4lo(p + v * V::W) : V::q4hi(p + (v - NV / 2) * V::W);
+          V::store(o + c + v * V::W, V::fma(qv, sv, bv));
+        }
+      }
+    }
+  }
+}
+
+// Prefill: each NR-row weight tile of an input block is dequantized once into an f32 buffer (16 KB, in L1/L2) and
+// then multiplied with every token tile of the token block by the dense kernel, so the dequantization is paid
+// once per 64 tokens instead of once per 4.
+template <int BITS>
+void qgemm_prefill(const cpu::QGemmArgs& a, int64_t n0, int64_t n1) {
+  const int64_t KB = (kInputBlock / a.group) * a.group;
+  alignas(64) float buf[V::NR * kInputBlock];
+  for (int64_t t0 = 0; t0 < a.T; t0 += kTokenBlock) {
+    const int64_t t1 = std::min(a.T, t0 + kTokenBlock);
+    for (int64_t k0 = 0; k0 < a.K; k0 += KB) {
+      const int64_t k1 = std::min(a.K, k0 + KB);
+      const bool acc = a.accumulate || k0 > 0;
+      auto run = [&](auto nr, int64_t n) {
+        constexpr int NR = decltype(nr)::value;
+        dequant_tile<NR, BITS>(a, a.q + n * a.ldq, a.scales + n * a.lds, a.biases + n * a.lds, k0, k1, buf);
+        for (int64_t t = t0; t < t1;) {
+          const int64_t tr = token_tile(t1 - t, V::TR_DENSE);
+          dense_tiles<NR, float>(tr, a.x + t * a.ldx + k0, a.ldx, buf, k1 - k0, 0, k1 - k0, a.y + t * a.ldy + n,
+                                 a.ldy, acc);
+          t += tr;
+        }
+      };
+      int64_t n = n0;
+      for (; n + V::NR <= n1; n += V::NR) run(std::integral_constant<int, V::NR>{}, n);
+      for (; n < n1; n++) run(std::integral_constant<int, 1>{}, n);
+    }
+  }
+}
+
 template <int BITS>
 void qgemm_bits(const cpu::QGemmArgs& a, int64_t n0, int64_t n1) {
+  if (a.T >= 8 && a.K > 0) return qgemm_prefill<BITS>(a, n0, n1);
   const int64_t KB = a.T >= 8 ? (kInputBlock / a.group) * a.group : a.K;
   for (int64_t t0 = 0; t0 < a.T; t0 += kTokenBlock) {
     const int64_t t1 = std::min(a.T, t0 + kTokenBlock);

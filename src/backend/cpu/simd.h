@@ -57,6 +57,8 @@ struct Kernels {
   void (*gemm_bf16)(const GemmArgs& a, int64_t n0, int64_t n1);
   void (*gemm_f32)(const GemmArgs& a, int64_t n0, int64_t n1);
   void (*qgemm)(const QGemmArgs& a, int64_t n0, int64_t n1);
+  // y[i] = tanh(x[i]) (vmath.cpp; within 4 ulp of the exact value on every path). y may equal x.
+  void (*tanh)(const float* x, float* y, int64_t n);
 };
 
 const Kernels& kernels();
@@ -73,5 +75,8 @@ void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K,
 void fill_gemm_generic(Kernels& k);
 void fill_gemm_avx2(Kernels& k);
 void fill_gemm_avx512(Kernels& k);
+void fill_vmath_generic(Kernels& k);
+void fill_vmath_avx2(Kernels& k);
+void fill_vmath_avx512(Kernels& k);
 
 }  // namespace vatic::cpu

@@ -1,0 +1,113 @@
+#!/usr/bin/env python3
+"""vatic beside llama.cpp on the CPU: same weights, alternating runs, best of N, a ratio table.
+
+Usage:
+  bench/cpu_side_by_side.py --llama-bench PATH/llama-bench --vatic build/vatic --models STORE \\
+      --row 'demo|bf16|demo-bf16.gguf|demo-bf16' --row 'demo|int8 vs Q8_0|demo-Q8_0.gguf|demo-int8' ...
+Each --row is  model label | quant label | GGUF for llama.cpp | vatic store model (same weights, no DRAFT).
+A vatic model with a DRAFT (speculative decoding) can be given as a fifth field; its decode is compared with
+llama.cpp's plain decode of the same row.
+
+Options: --threads 1,2  --rounds 3 (alternations; the order flips every round)  --reps 2 (runs per tool per round)
+--ngen 128 (decode tokens)  --pp 128,512 (prompt lengths)  --vocab 4096 (prompt ids are drawn below it)
+--json FILE (raw best values).  llama.cpp is never built by the project: build it yourself (see docs/performance.md).
+"""
+import argparse, json, os, random, subprocess, sys, time
+
+ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+ap.add_argument("--llama-bench", required=True)
+ap.add_argument("--vatic", required=True)
+ap.add_argument("--models", help="vatic store (VATIC_MODELS)")
+ap.add_argument("--row", action="append", required=True)
+ap.add_argument("--threads", default="1,2")
+ap.add_argument("--rounds", type=int, default=3)
+ap.add_argument("--reps", type=int, default=2)
+ap.add_argument("--ngen", type=int, default=128)
+ap.add_argument("--pp", default="128,512")
+ap.add_argument("--vocab", type=int, default=4096)
+ap.add_argument("--json")
+args = ap.parse_args()
+
+env0 = dict(os.environ)
+if args.models:
+    env0["VATIC_MODELS"] = args.models
+rng = random.Random(0)
+def ids(n): return ",".join(["2"] + [str(rng.randrange(10, args.vocab)) for _ in range(n - 1)])
+PPS = [int(x) for x in args.pp.split(",") if x]
+prompts = {n: ids(n) for n in PPS}
+PROMPT8 = ids(8)
+threads = [int(x) for x in args.threads.split(",")]
+rows = [r.split("|") for r in args.row]
+
+def llama(gguf, t):
+    cmd = [args.llama_bench, "-m", gguf, "-t", str(t), "-p", ",".join(map(str, PPS)), "-n", str(args.ngen),
+           "-r", str(args.reps), "-o", "jsonl"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env0)
+    res = {}
+    for line in p.stdout.splitlines():
+        j = json.loads(line)
+        key = f"pp{j['n_prompt']}" if j["n_prompt"] else "tg"
+        res[key] = max(j["samples_ts"])
+    if not res:
+        sys.exit(f"llama-bench failed: {p.stderr[-2000:]}")
+    return res
+
+def vatic_run(model, t, tokens, max_tokens, ignore_eos):
+    env = dict(env0, OMP_NUM_THREADS=str(t))
+    cmd = [args.vatic, "debug", "generate", model, "--tokens", tokens, "--max-tokens", str(max_tokens)]
+    if ignore_eos:
+        cmd.append("--ignore-eos")
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    if p.returncode:
+        sys.exit(f"vatic failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
+    return json.loads(p.stdout)["stats"]
+
+def vatic(model, draft_model, t):
+    res = {}
+    for _ in range(args.reps):
+        o = vatic_run(model, t, PROMPT8, args.ngen, True)
+        res["tg"] = max(res.get("tg", 0), o["decode_tokens_per_second"])
+        for n in PPS:
+            o = vatic_run(model, t, prompts[n], 1, False)
+            res[f"pp{n}"] = max(res.get(f"pp{n}", 0), o["prompt_tokens"] / o["prefill_seconds"])
+        if draft_model:
+            o = vatic_run(draft_model, t, PROMPT8, args.ngen, True)
+            res["tg_draft"] = max(res.get("tg_draft", 0), o["decode_tokens_per_second"])
+    return res
+
+best = {}
+for r in range(args.rounds):
+    for row in rows:
+        label, quant, gguf, vm = row[:4]
+        dm = row[4] if len(row) > 4 else None
+        for t in threads:
+            order = [("llama", lambda: llama(gguf, t)), ("vatic", lambda: vatic(vm, dm, t))]
+            if r % 2:
+                order.reverse()
+            for tool, fn in order:
+                t0 = time.time()
+                res = fn()
+                for k, v in res.items():
+                    kk = (label, quant, t, k, tool)
+                    best[kk] = max(best.get(kk, 0), v)
+                print(f"round {r} {label} {quant} t={t} {tool}: " + " ".join(f"{k}={v:.1f}" for k, v in res.items())
+                      + f" ({time.time() - t0:.1f} s, load {os.getloadavg()[0]:.1f})", file=sys.stderr, flush=True)
+
+metrics = ["tg"] + [f"pp{n}" for n in PPS]
+names = {"tg": f"decode {args.ngen}", **{f"pp{n}": f"prefill {n}" for n in PPS}}
+print("| model | quant | threads | " + " | ".join(f"{names[m]} vatic / llama.cpp (tok/s)" for m in metrics) + " |")
+print("|---|---|---|" + "---|" * len(metrics))
+for row in rows:
+    label, quant = row[0], row[1]
+    for t in threads:
+        cells = []
+        for m in metrics:
+            v, l = best.get((label, quant, t, m, "vatic"), 0), best.get((label, quant, t, m, "llama"), 0)
+            cells.append(f"{v:.1f} / {l:.1f} ({v / l if l else 0:.2f})")
+        print(f"| {label} | {quant} | {t} | " + " | ".join(cells) + " |")
+        if len(row) > 4:
+            v, l = best.get((label, quant, t, "tg_draft", "vatic"), 0), best.get((label, quant, t, "tg", "llama"), 0)
+            print(f"| {label} + drafter | {quant} | {t} | {v:.1f} / {l:.1f} ({v / l if l else 0:.2f}) vs plain |"
+                  + " – |" * (len(metrics) - 1))
+if args.json:
+    json.dump({"|".join(map(str, k)): v for k, v in best.items()}, open(args.json, "w"), indent=1)

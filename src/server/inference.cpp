@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "chat/format.h"
@@ -30,9 +31,53 @@ double runner_timeout() {
 const char* const kNumberOptions[] = {"temperature",    "top_k",           "top_p",          "min_p",
                                       "repeat_penalty", "repeat_last_n",   "presence_penalty", "frequency_penalty",
                                       "seed",           "num_predict",     "draft_num_predict", "draft_depth"};
-const char* const kIgnoredNumberOptions[] = {"typical_p", "num_keep", "num_batch", "num_gpu", "main_gpu",
-                                             "num_thread", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta",
-                                             "penalize_newline"};
+
+
+struct Range {
+  const char* name;
+  bool integer;
+  double lo, hi;
+};
+constexpr double kI32Max = 2147483647.0, kI64Lim = 9.2e18;
+// Numeric options and the values they accept. Integers must be whole numbers in range (a value the runner would
+// wrap, such as 4294967299 for num_predict, is refused); reals must be finite.
+const Range kRanges[] = {
+    {"temperature", false, 0, 1e6},        {"top_k", true, 0, kI32Max},
+    {"top_p", false, 0, 1},                {"min_p", false, 0, 1},
+    {"repeat_penalty", false, 0, 1e6},     {"repeat_last_n", true, -1, kI32Max},
+    {"presence_penalty", false, -1e6, 1e6}, {"frequency_penalty", false, -1e6, 1e6},
+    {"seed", true, -kI64Lim, kI64Lim},     {"num_predict", true, -2, kI32Max},
+    {"draft_num_predict", true, -1, 32},   {"draft_depth", true, -1, 32},
+    {"num_ctx", true, 0, kI32Max},         {"typical_p", false, 0, 1},
+    {"num_keep", true, -1, kI32Max},       {"num_batch", true, 0, kI32Max},
+    {"num_gpu", true, -1, kI32Max},        {"main_gpu", true, 0, kI32Max},
+    {"num_thread", true, 0, kI32Max},      {"tfs_z", false, -1e6, 1e6},
+    {"mirostat", true, 0, 2},              {"mirostat_tau", false, -1e6, 1e6},
+    {"mirostat_eta", false, -1e6, 1e6},
+};
+
+void check_range(const std::string& key, const ordered_json& v) {
+  for (const auto& r : kRanges) {
+    if (key != r.name) continue;
+    if (!v.is_number()) throw HttpError(400, fmt::format("invalid option \"{}\": must be a number, got {}", key, dump(v)));
+    bool whole = v.is_number_integer();
+    double d = v.get<double>();
+    if (v.is_number_float()) {
+      if (!std::isfinite(d)) throw HttpError(400, fmt::format("invalid option \"{}\": must be finite", key));
+      whole = d == std::floor(d);
+    }
+    if (r.integer && !whole)
+      throw HttpError(400, fmt::format("invalid option \"{}\": must be an integer, got {}", key, dump(v)));
+    bool in_range = d >= r.lo && d <= r.hi;
+    if (v.is_number_unsigned()) in_range = static_cast<double>(v.get<uint64_t>()) <= r.hi;
+    if (!in_range)
+      throw HttpError(400, r.integer ? fmt::format("invalid option \"{}\": {} is out of range ({} to {})", key,
+                                                   dump(v), static_cast<int64_t>(r.lo), static_cast<int64_t>(r.hi))
+                                     : fmt::format("invalid option \"{}\": {} is out of range ({} to {})", key,
+                                                   dump(v), r.lo, r.hi));
+    return;
+  }
+}
 
 }  // namespace
 
@@ -50,6 +95,7 @@ ModelMeta model_meta(const ModelStore& store, const std::string& name) {
   } catch (const NotFound&) {
     throw HttpError(404, fmt::format("model '{}' not found", name));
   }
+  m.digest = info.digest;
   m.renderer = info.renderer;
   m.parser = info.parser;
   m.params = info.params.is_object() ? info.params : json::object();
@@ -81,12 +127,7 @@ json merge_options(const json& params, const ordered_json* request, int64_t* num
     if (!request->is_object()) throw HttpError(400, "options must be a JSON object");
     for (const auto& [k, v] : request->items()) {
       if (v.is_null()) continue;
-      bool numeric = false;
-      for (const char* n : kNumberOptions) numeric |= k == n;
-      for (const char* n : kIgnoredNumberOptions) numeric |= k == n;
-      if (k == "num_ctx") numeric = true;
-      if (numeric && !v.is_number())
-        throw HttpError(400, fmt::format("invalid option \"{}\": must be a number, got {}", k, dump(v)));
+      check_range(k, v);
       if (k == "stop") {
         if (v.is_string()) {
           out["stop"] = json::array({v.get<std::string>()});
@@ -151,7 +192,7 @@ void add_extension_stats(ordered_json& out, const GenResult& r) {
 }
 
 Generation::Generation(Scheduler& sched, GenRequest req) : req_(std::move(req)) {
-  lease_ = sched.acquire(req_.model, req_.keep_alive, req_.num_ctx);
+  lease_ = sched.acquire(req_.model, req_.keep_alive, req_.num_ctx, req_.digest);
   json body = {{"prompt", req_.prompt}, {"add_special", req_.add_special}, {"options", req_.options},
                {"check_only", true}};
   httplib::Client cli("127.0.0.1", lease_->port());

@@ -24,6 +24,7 @@ inline constexpr const char* kRawRenderer = "raw";
 // What the server knows about a stored model, for rendering and defaults.
 struct ModelMeta {
   std::string name;  // canonical "name:tag"
+  std::string digest;  // of the manifest: which version of the model
   std::string renderer, parser;
   json params = json::object();  // Modelfile PARAMETERs
   std::string system;
@@ -35,6 +36,7 @@ ModelMeta model_meta(const ModelStore& store, const std::string& name);
 
 struct GenRequest {
   std::string model;
+  std::string digest;  // ModelMeta::digest
   std::string prompt;
   bool add_special = false;  // rendered prompts carry their own <bos>
   json options = json::object();  // runner options (already merged with the model's PARAMETERs)

@@ -552,8 +552,10 @@ void register_ollama_routes(Router& svr, ApiContext& ctx) {
         if (!it->is_array()) throw HttpError(400, "messages must be an array");
         for (const auto& m : *it) {
           if (!m.is_object()) throw HttpError(400, "each message must be an object");
-          if (auto im = m.find("images"); im != m.end() && im->is_array() && !im->empty())
-            throw HttpError(400, "images are not supported: vatic models are text-only");
+          if (auto im = m.find("images"); im != m.end() && !im->is_null()) {
+            if (!im->is_array()) throw HttpError(400, "message images must be an array of base64 strings");
+            if (!im->empty()) throw HttpError(400, "images are not supported: vatic models are text-only");
+          }
           msgs.push_back(chat::Message::from_json(m));
         }
       }
@@ -641,15 +643,18 @@ void register_ollama_routes(Router& svr, ApiContext& ctx) {
         if (auto p = opt_string(body, "path"); p && !p->empty() && !ctx.create_roots.empty())
           base = fs::path(*p).parent_path();
         mf = parse_modelfile(*text, base);
+        // With uploaded files, a path in FROM / DRAFT names them (ollama's CLI sends "FROM ." with `files`).
         if (files && (mf.from.is_path() || mf.from.empty())) {
           mf.from.text = "uploaded files";
-          mf.from.path = files->dir();
+          mf.from.path.clear();
         }
         if (draft_files) {
           mf.draft.text = "uploaded draft files";
-          mf.draft.path = draft_files->dir();
+          mf.draft.path.clear();
         }
         check_refs(ctx, mf);
+        if (files && !mf.from.is_path() && mf.from.text == "uploaded files") mf.from.path = files->dir();
+        if (draft_files) mf.draft.path = draft_files->dir();
       } else {
         mf = modelfile_from_fields(ctx, body, files ? &files->dir() : nullptr,
                                    draft_files ? &draft_files->dir() : nullptr);

@@ -115,7 +115,11 @@ int run_server(const ServerOptions& options) {
     // Bodies are JSON whatever the Content-Type says: form and multipart parsing (and their own limits) never run.
     auto ct = req.get_header_value("Content-Type");
     if (ct.rfind("multipart/", 0) == 0 || ct.rfind("application/x-www-form-urlencoded", 0) == 0)
-      const_cast<httplib::Request&>(req).set_header("Content-Type", "application/octet-stream");
+    {
+      auto& r = const_cast<httplib::Request&>(req);
+      r.headers.erase("Content-Type");
+      r.set_header("Content-Type", "application/octet-stream");
+    }
     return apply_access_policy(access, req, res) ? httplib::Server::HandlerResponse::Handled
                                                  : httplib::Server::HandlerResponse::Unhandled;
   });

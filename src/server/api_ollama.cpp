@@ -747,6 +747,15 @@ void register_ollama_routes(Router& svr, ApiContext& ctx) {
       return true;
     };
     StreamingRoute r;
+    r.precheck = [](const httplib::Request& req, httplib::Response& res) {
+      bool ok = true;
+      guarded(res, false, [&] {
+        ok = false;
+        blob_hex(req.matches[1]);
+        ok = true;
+      });
+      return ok;
+    };
     r.receive = [u, open](const httplib::Request& req, const char* data, size_t n) {
       if (!open(req)) return false;
       u->sha.update(data, n);

@@ -11,6 +11,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <filesystem>
 #include <memory>
 #include <mutex>
 #include <thread>
@@ -23,42 +24,94 @@ namespace {
 
 bool is_openai_path(const std::string& path) { return path.rfind("/v1/", 0) == 0; }
 
+thread_local bool t_close_after_response = false;
+void shut_down_connection(const httplib::Request&) { t_close_after_response = true; }
+
+// The library gives handlers no way to close their connection; after a body was abandoned half-read, the rest
+// of it must not be parsed as further requests. Once the answer is written (the logger runs then, on the same
+// thread), find the socket by its addresses and stop reading from it, which ends the connection. Only used on
+// that error path.
+void shut_down_now(const httplib::Request& req) {
+  std::error_code ec;
+  for (const auto& entry : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+    int fd = std::atoi(entry.path().filename().c_str());
+    sockaddr_storage local{}, peer{};
+    socklen_t ll = sizeof local, pl = sizeof peer;
+    if (::getsockname(fd, reinterpret_cast<sockaddr*>(&local), &ll) != 0) continue;
+    if (::getpeername(fd, reinterpret_cast<sockaddr*>(&peer), &pl) != 0) continue;
+    auto port_of = [](const sockaddr_storage& a) {
+      if (a.ss_family == AF_INET) return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in&>(a).sin_port));
+      if (a.ss_family == AF_INET6) return static_cast<int>(ntohs(reinterpret_cast<const sockaddr_in6&>(a).sin6_port));
+      return -1;
+    };
+    if (port_of(local) != req.local_port || port_of(peer) != req.remote_port) continue;
+    char host[INET6_ADDRSTRLEN] = {};
+    if (peer.ss_family == AF_INET)
+      ::inet_ntop(AF_INET, &reinterpret_cast<const sockaddr_in&>(peer).sin_addr, host, sizeof host);
+    else
+      ::inet_ntop(AF_INET6, &reinterpret_cast<const sockaddr_in6&>(peer).sin6_addr, host, sizeof host);
+    if (req.remote_addr != host) continue;
+    // What already arrived is read and dropped, so that closing does not reset the connection before the client
+    // has read the answer.
+    char buf[65536];
+    for (size_t drained = 0; drained < (size_t(1) << 20);) {
+      ssize_t n = ::recv(fd, buf, sizeof buf, MSG_DONTWAIT);
+      if (n <= 0) break;
+      drained += static_cast<size_t>(n);
+    }
+    ::shutdown(fd, SHUT_RD);
+    return;
+  }
+}
+
 std::string lower(std::string s) {
   for (auto& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
 }
 
 // Reads the whole body into req.body, at most kMaxBodyBytes whatever the framing. Answers 413 / 400 itself.
+// A body a little over the limit is read to its end and dropped, so the client gets its 413 on an orderly
+// connection; past kDrainBytes more the connection is shut down (the library would otherwise go on reading the
+// rest as if it were the next request).
 bool read_limited_body(const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
+  constexpr size_t kDrainBytes = size_t(64) << 20;
   const bool openai = is_openai_path(req.path);
+  bool declared_too_big = false;
   if (req.has_header("Content-Length")) {
     const std::string& v = req.get_header_value("Content-Length");
     char* end = nullptr;
     unsigned long long n = std::strtoull(v.c_str(), &end, 10);
-    if (v.empty() || *end || n > kMaxBodyBytes) {
+    if (v.empty() || *end || n > kMaxBodyBytes + kDrainBytes) {
       res.set_header("Connection", "close");
       send_error(res, 413, "request body too large (the limit is 32 MiB)", openai);
+      shut_down_connection(req);
       return false;
     }
+    declared_too_big = n > kMaxBodyBytes;
   }
   std::string body;
-  bool too_big = false;
+  size_t total = 0;
   bool ok = reader([&](const char* data, size_t n) {
-    if (body.size() + n > kMaxBodyBytes) {
-      too_big = true;
-      return false;
+    total += n;
+    if (total > kMaxBodyBytes + kDrainBytes) return false;
+    if (total > kMaxBodyBytes || declared_too_big) {
+      body.clear();
+      body.shrink_to_fit();
+      return true;
     }
     body.append(data, n);
     return true;
   });
-  if (too_big || res.status == 413) {
+  if (total > kMaxBodyBytes || declared_too_big || res.status == 413) {
     res.set_header("Connection", "close");
     send_error(res, 413, "request body too large (the limit is 32 MiB)", openai);
+    if (!ok) shut_down_connection(req);
     return false;
   }
   if (!ok) {
     res.set_header("Connection", "close");
     send_error(res, 400, "could not read the request body", openai);
+    shut_down_connection(req);
     return false;
   }
   // The library owns the request (it is not const there); handlers read the body from it as usual.
@@ -130,6 +183,12 @@ bool glob_match(const std::string& pattern, const std::string& text) {
 
 }  // namespace
 
+void after_response(const httplib::Request& req) {
+  if (!t_close_after_response) return;
+  t_close_after_response = false;
+  shut_down_now(req);
+}
+
 // ---- routes ----
 
 void Router::remember(const std::string& method, const std::string& pattern) {
@@ -160,8 +219,19 @@ void Router::post_streaming(const std::string& pattern, std::function<StreamingR
   remember("POST", pattern);
   svr_.Post(pattern, [make](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& reader) {
     StreamingRoute r = make();
+    if (r.precheck && !r.precheck(req, res)) {
+      // Refused before reading: drop a small body so the answer arrives on an orderly connection.
+      size_t total = 0;
+      bool whole = reader([&](const char*, size_t n) { return (total += n) <= kMaxBodyBytes; });
+      res.set_header("Connection", "close");
+      if (!whole) shut_down_connection(req);
+      return;
+    }
     bool ok = reader([&](const char* data, size_t n) { return r.receive(req, data, n); });
-    if (!ok) res.set_header("Connection", "close");
+    if (!ok) {
+      res.set_header("Connection", "close");
+      shut_down_connection(req);
+    }
     r.finish(req, res, ok);
   });
 }

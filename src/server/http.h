@@ -22,6 +22,8 @@ using Handler = std::function<void(const httplib::Request&, httplib::Response&)>
 // A route that reads its body itself: `receive` gets each piece as it arrives (return false to stop; the
 // connection is then closed) and `finish` answers once the body is complete.
 struct StreamingRoute {
+  // Optional: answers (and returns false) when the request is refused before its body is read.
+  std::function<bool(const httplib::Request&, httplib::Response&)> precheck;
   std::function<bool(const httplib::Request&, const char*, size_t)> receive;
   std::function<void(const httplib::Request&, httplib::Response&, bool complete)> finish;
 };
@@ -67,6 +69,9 @@ class AccessPolicy {
 };
 
 bool is_loopback_host(const std::string& host);
+
+// Called by the logger once a response is written: ends the connection when its request body was abandoned.
+void after_response(const httplib::Request& req);
 
 // The pre-routing step: 403 for a foreign Host or Origin, CORS headers for allowed origins, 204 for a preflight.
 // Returns true when it answered the request.

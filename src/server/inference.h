@@ -9,6 +9,7 @@
 
 #include "chat/parser.h"
 #include "chat/types.h"
+#include "server/options.h"
 #include "server/scheduler.h"
 #include "util/json.h"
 
@@ -49,9 +50,6 @@ struct GenRequest {
   chat::ParserOptions parser_options;
 };
 
-// Merges request options over the model's PARAMETERs into runner options, checking types (HttpError 400).
-// Sets num_ctx from the result.
-json merge_options(const json& params, const ordered_json* request_options, int64_t* num_ctx);
 
 struct GenPiece {
   std::string content, thinking;

@@ -125,6 +125,7 @@ int run_server(const ServerOptions& options) {
   });
   const bool debug = so.debug;
   svr.set_logger([debug](const httplib::Request& req, const httplib::Response& res) {
+    after_response(req);
     double ms = std::chrono::duration<double, std::milli>(Clock::now() - g_request_start).count();
     std::fprintf(stderr, "%s | %3d | %10.2fms | %-15s | %-6s %s\n", rfc3339_now().substr(0, 19).c_str(), res.status, ms,
                  req.remote_addr.c_str(), req.method.c_str(), req.path.c_str());

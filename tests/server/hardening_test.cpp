@@ -153,19 +153,19 @@ TEST_F(Hardening, EveryBodyFramingIsLimited) {
   // A declared length over the limit is refused without reading the body.
   {
     int fd = connect_to(server_->port());
-    send_all(fd, "POST /api/chat HTTP/1.1\r\nHost: localhost\r\nContent-Length: 100000000\r\n\r\n{");
+    send_all(fd, "POST /api/chat HTTP/1.1\r\nHost: localhost\r\nContent-Length: 1000000000\r\n\r\n{");
     EXPECT_EQ(status_of(read_reply(fd, 10000)), 413);
     ::close(fd);
   }
-  // No length, no chunking: read to the end of the connection, still limited.
+  // No length, no chunking: the body runs to the end of the connection; the server stops reading long before
+  // 400 MiB (it drops what is over the limit, then closes).
   {
     int fd = connect_to(server_->port());
     send_all(fd, "POST /api/generate HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n");
     const std::string piece(1 << 20, 'a');
-    for (int i = 0; i < 40; i++)
-      if (!send_all(fd, piece)) break;
-    ::shutdown(fd, SHUT_WR);
-    EXPECT_EQ(status_of(read_reply(fd, 10000)), 413);
+    int sent = 0;
+    while (sent < 400 && send_all(fd, piece)) sent++;
+    EXPECT_LT(sent, 400) << "the server read an unsized body of 400 MiB";
     ::close(fd);
   }
 }

@@ -13,7 +13,8 @@ namespace {
 
 std::string flatten(const vatic::chat::ParsedChunk& c) {
   std::string s = "C" + c.content + "T" + c.thinking;
-  for (const auto& t : c.tool_calls) s += "F" + t.name + t.arguments.dump();
+  for (const auto& t : c.tool_calls)
+    s += "F" + t.name + t.arguments.dump(-1, ' ', false, vatic::ordered_json::error_handler_t::replace);
   return s;
 }
 

@@ -19,6 +19,10 @@ for t in "${TARGETS[@]}"; do
   echo "fuzz: $t for ${SECS}s"
   (cd "$BUILD" && "./fuzz_$t" -max_total_time="$SECS" -timeout=10 -rss_limit_mb=4096 -max_len=262144 \
      -print_final_stats=1 "corpus/$t" "../fuzz/corpus/$t" 2>&1 | grep -E "^(stat::number_of_executed_units|stat::new_units_added)|ERROR|SUMMARY" || true)
-  ls "$BUILD"/crash-* "$BUILD"/leak-* "$BUILD"/timeout-* "$BUILD"/oom-* >/dev/null 2>&1 && { echo "fuzz: $t found a failure"; exit 1; }
+  if compgen -G "$BUILD/crash-*" >/dev/null || compgen -G "$BUILD/leak-*" >/dev/null ||
+     compgen -G "$BUILD/timeout-*" >/dev/null || compgen -G "$BUILD/oom-*" >/dev/null; then
+    echo "fuzz: $t found a failure: $(ls "$BUILD"/crash-* "$BUILD"/leak-* "$BUILD"/timeout-* "$BUILD"/oom-* 2>/dev/null)"
+    exit 1
+  fi
 done
 echo "fuzz: no failures"

@@ -3,7 +3,10 @@
 # run it through the driver's JIT. Without a toolkit vatic builds for the CPU alone; without a GPU at run time the
 # CUDA backend reports no devices and everything runs on the CPU.
 set(VATIC_WITH_CUDA OFF)
-if(VATIC_CUDA)
+if(VATIC_CUDA AND VATIC_SANITIZE)
+  # nvcc takes no -fsanitize, and a sanitizer build has no GPU to test: those builds are for the CPU.
+  message(STATUS "vatic: VATIC_SANITIZE is set, building without the CUDA backend")
+elseif(VATIC_CUDA)
   if(NOT DEFINED ENV{CUDACXX} AND NOT CMAKE_CUDA_COMPILER AND EXISTS /usr/local/cuda/bin/nvcc)
     set(CMAKE_CUDA_COMPILER /usr/local/cuda/bin/nvcc)
   endif()

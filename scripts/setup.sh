@@ -5,6 +5,7 @@ PACKAGES=(
   build-essential cmake ninja-build pkg-config
   nlohmann-json3-dev libcpp-httplib-dev libcli11-dev libfmt-dev libpcre2-dev
   libgtest-dev libgmock-dev libbenchmark-dev libedit-dev libssl-dev zlib1g-dev
+  clang libclang-rt-14-dev
   nodejs npm
 )
 missing=()

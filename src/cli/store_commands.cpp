@@ -7,7 +7,13 @@
 #include <filesystem>
 #include <memory>
 
+#include <httplib.h>
+
+#include "chat/format.h"
+#include "chat/parser.h"
+#include "chat/renderer.h"
 #include "cli/cli.h"
+#include "cli/client_api.h"
 #include "modelfile/modelfile.h"
 #include "store/store.h"
 #include "util/error.h"
@@ -16,6 +22,20 @@ namespace vatic::cli {
 namespace {
 
 namespace fs = std::filesystem;
+
+// A model being removed must not stay loaded in a running server (it would keep serving the deleted weights):
+// ask the server, if one answers quickly, to unload it. Nothing happens when no server is running.
+void unload_from_server(const std::string& name) {
+  try {
+    ServerAddress a = server_address_from_env();
+    httplib::Client c(a.host, a.port);
+    c.set_connection_timeout(0, 300000);
+    c.set_read_timeout(30, 0);
+    json body = {{"model", name}, {"prompt", ""}, {"keep_alive", 0}, {"stream", false}};
+    c.Post("/api/generate", body.dump(), "application/json");
+  } catch (const std::exception&) {
+  }
+}
 
 std::string human_bytes(double b) {
   const char* units[] = {"B", "KB", "MB", "GB", "TB"};
@@ -127,6 +147,9 @@ void register_store_commands(CLI::App& app) {
   create->add_option("--group-size", ca->group, "Quantization group size (64 or 32)");
   create->callback([ca]() {
     Modelfile mf = read_modelfile(ca->file);
+    // Unknown chat formats are refused here rather than stored (RENDERER raw marks a plain completion model).
+    if (!mf.renderer.empty() && mf.renderer != "raw") chat::make_renderer(mf.renderer);
+    if (!mf.parser.empty()) chat::make_parser(mf.parser);
     ModelStore store(ModelStore::default_root());
     CreateOptions opt;
     opt.quantize = ca->quantize;
@@ -173,6 +196,7 @@ void register_store_commands(CLI::App& app) {
   rm->callback([rm_names]() {
     ModelStore store(ModelStore::default_root());
     for (const auto& n : *rm_names) {
+      unload_from_server(n);
       store.remove(n);
       std::printf("deleted '%s'\n", ModelName::parse(n).str().c_str());
     }

@@ -72,10 +72,13 @@ json load_config_json(const fs::path& p, fs::path* resolved) {
   std::ostringstream ss;
   ss << in.rdbuf();
   json j;
+  const std::string text = ss.str();
+  if (json_depth(text) > kMaxJsonDepth)
+    throw InvalidInput(fmt::format("invalid config {}: JSON nested deeper than {} levels", file.string(), kMaxJsonDepth));
   try {
-    j = json::parse(ss.str());
+    j = json::parse(text);
   } catch (const json::exception& e) {
-    throw InvalidInput(fmt::format("invalid config {}: not valid JSON ({})", file.string(), e.what()));
+    throw InvalidInput(fmt::format("invalid config {}: not valid JSON ({})", file.string(), json_error_text(e)));
   }
   if (!j.is_object()) throw InvalidInput(fmt::format("invalid config {}: not a JSON object", file.string()));
   if (resolved) *resolved = file;

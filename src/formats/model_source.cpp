@@ -20,11 +20,7 @@ ModelSource ModelSource::from_directory(const fs::path& dir) {
   const fs::path index = dir / "model.safetensors.index.json";
   if (fs::is_regular_file(index, ec)) {
     json j;
-    try {
-      j = json::parse(read_file(index));
-    } catch (const json::exception& e) {
-      throw InvalidInput(fmt::format("{} is not valid JSON: {}", index.string(), e.what()));
-    }
+    j = parse_json(read_file(index), index.string());
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw InvalidInput(fmt::format("{} has no \"weight_map\" object", index.string()));
     std::set<std::string> seen;

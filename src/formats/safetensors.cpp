@@ -60,10 +60,12 @@ SafetensorsFile::SafetensorsFile(const fs::path& path) : path_(path) {
   const uint64_t data_size = size - data_offset_;
 
   json header;
+  if (json_depth(std::string_view(reinterpret_cast<const char*>(bytes) + 8, n)) > kMaxJsonDepth)
+    bad(path, "header JSON is nested deeper than {} levels", kMaxJsonDepth);
   try {
     header = json::parse(bytes + 8, bytes + 8 + n);
   } catch (const json::exception& e) {
-    bad(path, "header is not valid JSON ({})", e.what());
+    bad(path, "header is not valid JSON ({})", json_error_text(e));
   }
   if (!header.is_object()) bad(path, "header is not a JSON object");
 
@@ -209,9 +211,10 @@ TensorStore::TensorStore(const fs::path& p) {
         while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
         std::fclose(f);
       }
-      j = json::parse(text);
+      j = parse_json(text, "invalid safetensors index " + index.string());
     } catch (const json::exception& e) {
-      throw InvalidInput(fmt::format("invalid safetensors index {}: not valid JSON ({})", index.string(), e.what()));
+      throw InvalidInput(fmt::format("invalid safetensors index {}: not valid JSON ({})", index.string(),
+                                     json_error_text(e)));
     }
     if (!j.is_object() || !j.contains("weight_map") || !j["weight_map"].is_object())
       throw InvalidInput(fmt::format("invalid safetensors index {}: no \"weight_map\" object", index.string()));

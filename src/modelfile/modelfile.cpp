@@ -372,8 +372,8 @@ std::string format_modelfile(const Modelfile& m) {
   if (!m.draft.empty()) out += "DRAFT " + ref(m.draft) + "\n";
   if (!m.template_text.empty()) out += "TEMPLATE " + quote_text(m.template_text) + "\n";
   if (!m.system.empty()) out += "SYSTEM " + quote_text(m.system) + "\n";
-  if (!m.renderer.empty()) out += "RENDERER " + m.renderer + "\n";
-  if (!m.parser.empty()) out += "PARSER " + m.parser + "\n";
+  if (!m.renderer.empty()) out += "RENDERER " + quote_text(m.renderer) + "\n";
+  if (!m.parser.empty()) out += "PARSER " + quote_text(m.parser) + "\n";
   for (const auto& [k, v] : m.params.items()) {
     if (v.is_array()) {
       for (const auto& s : v) out += "PARAMETER " + k + " " + quote_text(s.get<std::string>()) + "\n";

@@ -1,11 +1,13 @@
 #pragma once
 // HTTP handlers of the public API: ollama's (api_ollama.cpp) and OpenAI's (api_openai.cpp).
-#include <httplib.h>
+#include "server/http.h"
 
+#include <filesystem>
 #include <functional>
 #include <memory>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "server/scheduler.h"
 #include "server/util.h"
@@ -17,7 +19,15 @@ struct ApiContext {
   Scheduler& sched;
   ModelStore& store;
   bool debug = false;
+  // Folders /api/create may read from on the server (VATIC_CREATE_PATHS); empty: none, clients upload blobs.
+  std::vector<std::filesystem::path> create_roots;
 };
+
+// VATIC_CREATE_PATHS: folders separated by ':' (canonical; missing ones are dropped with a warning).
+std::vector<std::filesystem::path> parse_create_roots(const std::string& text);
+
+// Checks that a chat format name is one the server knows (or "raw" for the renderer); HttpError 400 otherwise.
+void check_chat_format_names(const std::string& renderer, const std::string& parser);
 
 // Error bodies: ollama {"error": msg}; OpenAI {"error": {"message", "type", "param", "code"}}.
 void send_error(httplib::Response& res, int status, const std::string& msg, bool openai = false);
@@ -32,7 +42,7 @@ void stream_response(httplib::Response& res, const char* content_type, std::func
 std::optional<bool> parse_think(const ordered_json& body);
 std::optional<double> parse_keep_alive_field(const ordered_json& body);
 
-void register_ollama_routes(httplib::Server& svr, ApiContext& ctx);
-void register_openai_routes(httplib::Server& svr, ApiContext& ctx);
+void register_ollama_routes(Router& svr, ApiContext& ctx);
+void register_openai_routes(Router& svr, ApiContext& ctx);
 
 }  // namespace vatic::server

@@ -1,11 +1,21 @@
 // ollama's native API: /api/generate, /api/chat, model management, /api/ps, /api/version.
-#include <cmath>
-#include <filesystem>
+#include <fcntl.h>
+#include <unistd.h>
 
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+
+#include "chat/format.h"
+#include "chat/parser.h"
+#include "chat/renderer.h"
 #include "chat/types.h"
 #include "modelfile/modelfile.h"
 #include "server/api.h"
 #include "server/inference.h"
+#include "store/sha256.h"
 
 #ifndef VATIC_VERSION
 #define VATIC_VERSION "0.1.0"
@@ -84,6 +94,35 @@ std::optional<double> parse_keep_alive_field(const ordered_json& body) {
   }
 }
 
+std::vector<fs::path> parse_create_roots(const std::string& text) {
+  std::vector<fs::path> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    size_t colon = text.find(':', start);
+    std::string item = text.substr(start, colon == std::string::npos ? std::string::npos : colon - start);
+    if (!item.empty()) {
+      std::error_code ec;
+      fs::path canon = fs::canonical(item, ec);
+      if (ec || !fs::is_directory(canon, ec))
+        std::fprintf(stderr, "warning: VATIC_CREATE_PATHS: ignoring %s (not a folder)\n", item.c_str());
+      else
+        out.push_back(canon);
+    }
+    if (colon == std::string::npos) break;
+    start = colon + 1;
+  }
+  return out;
+}
+
+void check_chat_format_names(const std::string& renderer, const std::string& parser) {
+  try {
+    if (!renderer.empty() && renderer != kRawRenderer) chat::make_renderer(renderer);
+    if (!parser.empty()) chat::make_parser(parser);
+  } catch (const InvalidInput& e) {
+    throw HttpError(400, e.what());
+  }
+}
+
 namespace {
 
 std::string require_model(const ordered_json& body) {
@@ -94,8 +133,10 @@ std::string require_model(const ordered_json& body) {
 }
 
 void refuse_unsupported(const ordered_json& body) {
-  if (auto it = body.find("images"); it != body.end() && it->is_array() && !it->empty())
-    throw HttpError(400, "images are not supported: vatic models are text-only");
+  if (auto it = body.find("images"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) throw HttpError(400, "field \"images\" must be an array of base64 strings");
+    if (!it->empty()) throw HttpError(400, "images are not supported: vatic models are text-only");
+  }
   if (auto s = opt_string(body, "suffix"); s && !s->empty()) throw HttpError(400, "suffix (fill-in-the-middle) is not supported");
   if (auto s = opt_string(body, "template"); s && !s->empty())
     throw HttpError(400, "custom templates are not supported: prompts are rendered by the model's renderer");
@@ -152,7 +193,7 @@ void respond_load(ApiContext& ctx, InferenceCall& c, httplib::Response& res, Clo
     ctx.sched.unload(c.meta.name);
     reason = "unload";
   } else {
-    auto lease = ctx.sched.acquire(c.meta.name, c.keep_alive, c.g.num_ctx);
+    auto lease = ctx.sched.acquire(c.meta.name, c.keep_alive, c.g.num_ctx, c.meta.digest);
     load_s = lease->load_seconds();
   }
   if (c.chat)
@@ -250,6 +291,7 @@ InferenceCall common_fields(ApiContext& ctx, const ordered_json& body, bool chat
   c.stream = opt_bool(body, "stream").value_or(true);
   c.keep_alive = parse_keep_alive_field(body);
   c.g.model = c.meta.name;
+  c.g.digest = c.meta.digest;
   c.g.keep_alive = c.keep_alive;
   const ordered_json* opts = body.contains("options") ? &body["options"] : nullptr;
   c.g.options = merge_options(c.meta.params, opts, &c.g.num_ctx);
@@ -304,32 +346,121 @@ std::string parameters_text(const json& params) {
   return out;
 }
 
-// /api/create without a Modelfile: ollama's newer fields.
-Modelfile modelfile_from_fields(const ordered_json& body) {
-  Modelfile m;
-  auto ref = [](const std::string& text) {
-    ModelRef r;
-    r.text = text;
-    std::string p = text;
-    if (!p.empty() && p[0] == '~') {
-      const char* home = std::getenv("HOME");
-      p = std::string(home ? home : "") + p.substr(1);
-    }
-    std::error_code ec;
-    bool looks_like_path = !p.empty() && (p[0] == '/' || p[0] == '.' || fs::is_directory(p, ec));
-    if (looks_like_path) r.path = fs::absolute(p).lexically_normal();
-    return r;
-  };
-  auto from = opt_string(body, "from");
-  if (!from || from->empty()) {
-    if (auto it = body.find("files"); it != body.end() && !it->empty())
-      throw HttpError(400,
-                      "uploaded files (files / /api/blobs) are not supported yet: give `from` a local safetensors "
-                      "directory or a model name, or send a `modelfile`");
-    throw HttpError(400, "from is required (a local safetensors directory or a model name), or send a `modelfile`");
+// Whether `p` lies inside one of the folders the operator opened to /api/create (symlinks resolved).
+bool inside_create_roots(const ApiContext& ctx, const fs::path& p) {
+  if (ctx.create_roots.empty()) return false;
+  std::error_code ec;
+  fs::path canon = fs::weakly_canonical(p, ec);
+  if (ec) return false;
+  for (const auto& root : ctx.create_roots) {
+    auto rel = canon.lexically_relative(root);
+    if (!rel.empty() && *rel.begin() != "..") return true;
   }
-  m.from = ref(*from);
-  if (auto d = opt_string(body, "draft"); d && !d->empty()) m.draft = ref(*d);
+  return false;
+}
+
+[[noreturn]] void refuse_server_path(const std::string& text) {
+  // The same answer whether the path exists or not, and nothing read from it.
+  throw HttpError(403, fmt::format("creating from server paths is not allowed (\"{}\"): upload the files with POST "
+                                   "/api/blobs/sha256:<digest> and name them in `files`, or ask the operator to "
+                                   "allow the folder with VATIC_CREATE_PATHS",
+                                   text));
+}
+
+// A model name, or a server path when it looks like one (/, ., ~) or is a folder inside an allowed root.
+ModelRef api_ref(const ApiContext& ctx, const std::string& text, const fs::path& base) {
+  ModelRef r;
+  r.text = text;
+  std::string p = text;
+  if (!p.empty() && p[0] == '~') {
+    const char* home = std::getenv("HOME");
+    p = std::string(home ? home : "") + p.substr(1);
+  }
+  fs::path abs = fs::path(p).is_absolute() ? fs::path(p) : base / p;
+  abs = abs.lexically_normal();
+  bool explicit_path = !p.empty() && (p[0] == '/' || p[0] == '.' || text[0] == '~');
+  std::error_code ec;
+  if (explicit_path || (inside_create_roots(ctx, abs) && fs::is_directory(abs, ec))) {
+    if (!inside_create_roots(ctx, abs)) refuse_server_path(text);
+    r.path = abs;
+  }
+  return r;
+}
+
+// Checks the FROM / DRAFT of a Modelfile sent through the API against the operator's folders.
+void check_refs(const ApiContext& ctx, const Modelfile& m) {
+  for (const ModelRef* r : {&m.from, &m.draft})
+    if (r->is_path() && !inside_create_roots(ctx, r->path)) refuse_server_path(r->text);
+}
+
+std::string blob_hex(const std::string& digest) {
+  std::string hex;
+  if (digest.rfind("sha256:", 0) == 0 || digest.rfind("sha256-", 0) == 0) hex = digest.substr(7);
+  if (hex.size() != 64 || hex.find_first_not_of("0123456789abcdef") != std::string::npos)
+    throw HttpError(400, fmt::format("invalid digest \"{}\" (expected sha256:<64 lowercase hex digits>)", digest));
+  return hex;
+}
+
+// A temporary folder of symlinks to uploaded blobs, laid out as the files of a Hugging Face directory.
+class UploadedFiles {
+ public:
+  UploadedFiles(const ApiContext& ctx, const ordered_json& files, const char* field) {
+    if (!files.is_object() || files.empty())
+      throw HttpError(400, fmt::format("{} must be an object mapping file names to blob digests", field));
+    dir_ = ctx.store.root() / fmt::format(".tmp-{}-files-{}", ::getpid(), random_hex(12));
+    fs::create_directories(dir_);
+    for (const auto& [name, digest] : files.items()) {
+      if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos ||
+          name.find('\0') != std::string::npos)
+        throw HttpError(400, fmt::format("{}: invalid file name \"{}\" (plain file names only)", field, name));
+      if (!digest.is_string()) throw HttpError(400, fmt::format("{}: the digest of \"{}\" must be a string", field, name));
+      fs::path blob = ctx.store.blob_path("sha256:" + blob_hex(digest.get<std::string>()));
+      std::error_code ec;
+      if (!fs::is_regular_file(blob, ec))
+        throw HttpError(400, fmt::format("{}: blob {} for \"{}\" not found; upload it first with POST /api/blobs/{}",
+                                         field, digest.get<std::string>(), name, digest.get<std::string>()));
+      fs::create_symlink(blob, dir_ / name);
+    }
+  }
+  ~UploadedFiles() {
+    std::error_code ec;
+    fs::remove_all(dir_, ec);
+  }
+  UploadedFiles(const UploadedFiles&) = delete;
+  UploadedFiles& operator=(const UploadedFiles&) = delete;
+  const fs::path& dir() const { return dir_; }
+
+ private:
+  fs::path dir_;
+};
+
+// A single-line Modelfile value (names, roles): a newline would start another Modelfile command.
+void check_single_line(const std::string& v, const char* field) {
+  if (v.find_first_of("\r\n") != std::string::npos) throw HttpError(400, fmt::format("{} must be a single line", field));
+}
+
+// /api/create without a Modelfile: ollama's newer fields.
+Modelfile modelfile_from_fields(const ApiContext& ctx, const ordered_json& body, const fs::path* from_dir,
+                                const fs::path* draft_dir) {
+  Modelfile m;
+  auto from = opt_string(body, "from");
+  if (from_dir && (!from || from->empty())) {
+    m.from.text = "uploaded files";
+    m.from.path = *from_dir;
+  } else if (!from || from->empty()) {
+    throw HttpError(400, "from is required (a model name, or upload files with /api/blobs and name them in `files`), "
+                         "or send a `modelfile`");
+  } else {
+    check_single_line(*from, "from");
+    m.from = api_ref(ctx, *from, fs::current_path());
+  }
+  if (draft_dir) {
+    m.draft.text = "uploaded draft files";
+    m.draft.path = *draft_dir;
+  } else if (auto d = opt_string(body, "draft"); d && !d->empty()) {
+    check_single_line(*d, "draft");
+    m.draft = api_ref(ctx, *d, fs::current_path());
+  }
   if (auto s = opt_string(body, "system")) m.system = *s;
   if (auto s = opt_string(body, "template")) m.template_text = *s;
   if (auto s = opt_string(body, "renderer")) m.renderer = *s;
@@ -338,13 +469,19 @@ Modelfile modelfile_from_fields(const ordered_json& body) {
     if (it->is_string())
       m.licenses.push_back(it->get<std::string>());
     else if (it->is_array())
-      for (const auto& l : *it) m.licenses.push_back(l.get<std::string>());
+      for (const auto& l : *it) {
+        if (!l.is_string()) throw HttpError(400, "license must be a string or an array of strings");
+        m.licenses.push_back(l.get<std::string>());
+      }
     else
       throw HttpError(400, "license must be a string or an array of strings");
   }
+  check_single_line(m.renderer, "renderer");
+  check_single_line(m.parser, "parser");
   if (auto it = body.find("parameters"); it != body.end() && !it->is_null()) {
     if (!it->is_object()) throw HttpError(400, "parameters must be an object");
     for (const auto& [k, v] : it->items()) {
+      check_single_line(k, "parameter names");
       auto one = [&](const ordered_json& x) {
         std::string text = x.is_string() ? x.get<std::string>() : x.dump();
         json parsed = parse_parameter_value(k, text);
@@ -364,22 +501,28 @@ Modelfile modelfile_from_fields(const ordered_json& body) {
         one(v);
     }
   }
-  if (auto it = body.find("messages"); it != body.end() && it->is_array()) {
-    for (const auto& msg : *it)
-      m.messages.push_back({msg.value("role", std::string()), msg.value("content", std::string())});
+  if (auto it = body.find("messages"); it != body.end() && !it->is_null()) {
+    if (!it->is_array()) throw HttpError(400, "messages must be an array");
+    for (const auto& msg : *it) {
+      if (!msg.is_object()) throw HttpError(400, "each message must be an object");
+      auto role = opt_string(msg, "role").value_or("");
+      if (role != "system" && role != "user" && role != "assistant" && role != "tool")
+        throw HttpError(400, "message role must be system, user, assistant or tool");
+      m.messages.push_back({role, opt_string(msg, "content").value_or("")});
+    }
   }
   return m;
 }
 
 }  // namespace
 
-void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
-  svr.Get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("vatic is running", "text/plain"); });
-  svr.Get("/api/version", [](const httplib::Request&, httplib::Response& res) {
+void register_ollama_routes(Router& svr, ApiContext& ctx) {
+  svr.get("/", [](const httplib::Request&, httplib::Response& res) { res.set_content("vatic is running", "text/plain"); });
+  svr.get("/api/version", [](const httplib::Request&, httplib::Response& res) {
     res.set_content(dump(ordered_json{{"version", VATIC_VERSION}}), "application/json");
   });
 
-  svr.Post("/api/generate", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  svr.post("/api/generate", [&ctx](const httplib::Request& req, httplib::Response& res) {
     auto t0 = Clock::now();
     guarded(res, false, [&] {
       ordered_json body = parse_body(req.body);
@@ -408,7 +551,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
     });
   });
 
-  svr.Post("/api/chat", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  svr.post("/api/chat", [&ctx](const httplib::Request& req, httplib::Response& res) {
     auto t0 = Clock::now();
     guarded(res, false, [&] {
       ordered_json body = parse_body(req.body);
@@ -419,8 +562,10 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
         if (!it->is_array()) throw HttpError(400, "messages must be an array");
         for (const auto& m : *it) {
           if (!m.is_object()) throw HttpError(400, "each message must be an object");
-          if (auto im = m.find("images"); im != m.end() && im->is_array() && !im->empty())
-            throw HttpError(400, "images are not supported: vatic models are text-only");
+          if (auto im = m.find("images"); im != m.end() && !im->is_null()) {
+            if (!im->is_array()) throw HttpError(400, "message images must be an array of base64 strings");
+            if (!im->empty()) throw HttpError(400, "images are not supported: vatic models are text-only");
+          }
           msgs.push_back(chat::Message::from_json(m));
         }
       }
@@ -445,9 +590,9 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
       res.set_content(dump(ordered_json{{"models", models}}), "application/json");
     });
   };
-  svr.Get("/api/tags", tags);
+  svr.get("/api/tags", tags);
 
-  svr.Post("/api/show", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  svr.post("/api/show", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(res, false, [&] {
       ordered_json body = parse_body(req.body);
       std::string name = require_model(body);
@@ -484,7 +629,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
     });
   });
 
-  svr.Post("/api/create", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  svr.post("/api/create", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(res, false, [&] {
       ordered_json body = parse_body(req.body);
       std::string name = require_model(body);
@@ -493,14 +638,43 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
       } catch (const InvalidInput& e) {
         throw HttpError(400, e.what());
       }
+      std::shared_ptr<UploadedFiles> files, draft_files;
+      if (auto it = body.find("files"); it != body.end() && !it->is_null())
+        files = std::make_shared<UploadedFiles>(ctx, *it, "files");
+      if (auto it = body.find("draft_files"); it != body.end() && !it->is_null())
+        draft_files = std::make_shared<UploadedFiles>(ctx, *it, "draft_files");
+      for (const char* f : {"system", "template", "renderer", "parser", "quantize", "draft_quantize", "from", "draft"})
+        (void)opt_string(body, f);  // type checks
       Modelfile mf;
       if (auto text = opt_string(body, "modelfile"); text && !text->empty()) {
-        fs::path base = fs::current_path();
-        if (auto p = opt_string(body, "path"); p && !p->empty()) base = fs::path(*p).parent_path();
+        // Relative paths resolve against the client's Modelfile folder only where the operator allows server
+        // paths; otherwise against nothing, so probing for folders reveals nothing.
+        fs::path base = ctx.create_roots.empty() ? fs::path("/nonexistent-vatic-create-base") : fs::current_path();
+        if (auto p = opt_string(body, "path"); p && !p->empty() && !ctx.create_roots.empty())
+          base = fs::path(*p).parent_path();
         mf = parse_modelfile(*text, base);
+        // With uploaded files, a path in FROM / DRAFT names them (ollama's CLI sends "FROM ." with `files`).
+        if (files && (mf.from.is_path() || mf.from.empty())) {
+          mf.from.text = "uploaded files";
+          mf.from.path.clear();
+        }
+        if (draft_files) {
+          mf.draft.text = "uploaded draft files";
+          mf.draft.path.clear();
+        }
+        check_refs(ctx, mf);
+        if (files && !mf.from.is_path() && mf.from.text == "uploaded files") mf.from.path = files->dir();
+        if (draft_files) mf.draft.path = draft_files->dir();
       } else {
-        mf = modelfile_from_fields(body);
+        mf = modelfile_from_fields(ctx, body, files ? &files->dir() : nullptr,
+                                   draft_files ? &draft_files->dir() : nullptr);
+        // Uploaded folders live in the store and are ours; anything else must be inside the operator's folders.
+        Modelfile check = mf;
+        if (files) check.from = {};
+        if (draft_files) check.draft = {};
+        check_refs(ctx, check);
       }
+      check_chat_format_names(mf.renderer, mf.parser);
       CreateOptions co;
       co.quantize = opt_string(body, "quantize").value_or("");
       co.draft_quantize = opt_string(body, "draft_quantize").value_or("");
@@ -510,7 +684,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
         res.set_content(dump(ordered_json{{"status", "success"}}), "application/json");
         return;
       }
-      stream_response(res, "application/x-ndjson", [&ctx, name, mf, co](const Writer& write) mutable {
+      stream_response(res, "application/x-ndjson", [&ctx, name, mf, co, files, draft_files](const Writer& write) mutable {
         std::string last_status;
         int last_percent = -1;
         co.progress = [&](const CreateProgress& p) {
@@ -537,7 +711,104 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
     });
   });
 
-  svr.Post("/api/copy", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  // Blobs: files a client uploads before /api/create names them in `files` (ollama's way of creating from a
+  // client's local files). The body is hashed as it arrives and kept only when it matches the digest.
+  const std::string blob_pattern = R"(/api/blobs/([^/]+))";
+  svr.get(blob_pattern, [&ctx](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, false, [&] {
+      if (req.method != "HEAD") throw HttpError(405, fmt::format("method {} not allowed on {} (use HEAD or POST)",
+                                                                 req.method, req.path));
+      std::error_code ec;
+      res.status = fs::is_regular_file(ctx.store.blob_path("sha256:" + blob_hex(req.matches[1])), ec) ? 200 : 404;
+    });
+  });
+  svr.post_streaming(blob_pattern, [&ctx]() {
+    struct Upload {
+      std::string hex, error;
+      fs::path tmp;
+      int fd = -1;
+      Sha256 sha;
+      uint64_t size = 0;
+      ~Upload() {
+        if (fd >= 0) ::close(fd);
+        std::error_code ec;
+        if (!tmp.empty()) fs::remove(tmp, ec);
+      }
+    };
+    auto u = std::make_shared<Upload>();
+    auto open = [&ctx, u](const httplib::Request& req) {
+      if (!u->hex.empty() || !u->error.empty()) return u->error.empty();
+      try {
+        u->hex = blob_hex(req.matches[1]);
+      } catch (const HttpError& e) {
+        u->error = e.what();
+        return false;
+      }
+      fs::path dir = ctx.store.root() / "blobs";
+      std::error_code ec;
+      fs::create_directories(dir, ec);
+      u->tmp = dir / fmt::format(".tmp-{}-upload-{}", ::getpid(), random_hex(12));
+      u->fd = ::open(u->tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+      if (u->fd < 0) {
+        u->error = "cannot store the upload";
+        u->tmp.clear();
+        return false;
+      }
+      return true;
+    };
+    StreamingRoute r;
+    r.precheck = [](const httplib::Request& req, httplib::Response& res) {
+      bool ok = true;
+      guarded(res, false, [&] {
+        ok = false;
+        blob_hex(req.matches[1]);
+        ok = true;
+      });
+      return ok;
+    };
+    r.receive = [u, open](const httplib::Request& req, const char* data, size_t n) {
+      if (!open(req)) return false;
+      u->sha.update(data, n);
+      u->size += n;
+      while (n > 0) {
+        ssize_t w = ::write(u->fd, data, n);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) {
+          u->error = fmt::format("cannot store the upload: {}", std::strerror(errno));
+          return false;
+        }
+        data += w;
+        n -= static_cast<size_t>(w);
+      }
+      return true;
+    };
+    r.finish = [&ctx, u, open](const httplib::Request& req, httplib::Response& res, bool complete) {
+      guarded(res, false, [&] {
+        bool opened = open(req);
+        if (!u->error.empty()) throw HttpError(u->hex.empty() ? 400 : 500, u->error);
+        if (!complete || !opened) throw HttpError(400, "the upload was cut short");
+        std::string got = u->sha.hex_digest();
+        if (got != u->hex)
+          throw HttpError(400, fmt::format("digest mismatch: the body hashes to sha256:{}, not sha256:{}", got, u->hex));
+        if (::fsync(u->fd) != 0) throw HttpError(500, "cannot store the upload");
+        ::close(u->fd);
+        u->fd = -1;
+        fs::path final_path = ctx.store.blob_path("sha256:" + u->hex);
+        std::error_code ec;
+        if (fs::exists(final_path, ec)) {
+          res.status = 200;
+          return;
+        }
+        fs::rename(u->tmp, final_path, ec);
+        if (ec) throw HttpError(500, "cannot store the upload");
+        u->tmp.clear();
+        res.status = 201;
+      });
+    };
+    return r;
+  });
+
+  svr.post("/api/copy", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(res, false, [&] {
       ordered_json body = parse_body(req.body);
       auto src = opt_string(body, "source");
@@ -550,7 +821,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
     });
   });
 
-  svr.Delete("/api/delete", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  svr.del("/api/delete", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(res, false, [&] {
       ordered_json body = parse_body(req.body);
       std::string name = require_model(body);
@@ -561,7 +832,7 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
     });
   });
 
-  svr.Get("/api/ps", [&ctx](const httplib::Request&, httplib::Response& res) {
+  svr.get("/api/ps", [&ctx](const httplib::Request&, httplib::Response& res) {
     guarded(res, false, [&] {
       ordered_json models = ordered_json::array();
       for (const auto& m : ctx.sched.loaded()) {
@@ -614,11 +885,11 @@ void register_ollama_routes(httplib::Server& svr, ApiContext& ctx) {
   auto not_implemented = [](const std::string& what) {
     return [what](const httplib::Request&, httplib::Response& res) { send_error(res, 501, what, false); };
   };
-  svr.Post("/api/embed", not_implemented("embeddings are not supported yet"));
-  svr.Post("/api/embeddings", not_implemented("embeddings are not supported yet"));
-  svr.Post("/api/pull", not_implemented("pulling from a registry is not supported: create models from local "
+  svr.post("/api/embed", not_implemented("embeddings are not supported yet"));
+  svr.post("/api/embeddings", not_implemented("embeddings are not supported yet"));
+  svr.post("/api/pull", not_implemented("pulling from a registry is not supported: create models from local "
                                         "safetensors directories with /api/create"));
-  svr.Post("/api/push", not_implemented("pushing to a registry is not supported"));
+  svr.post("/api/push", not_implemented("pushing to a registry is not supported"));
 }
 
 }  // namespace vatic::server

@@ -54,6 +54,7 @@ void common(ApiContext& ctx, const ordered_json& body, OpenAICall& c, const char
   if (!model || model->empty()) throw HttpError(400, "model is required");
   c.meta = model_meta(ctx.store, *model);
   c.g.model = c.meta.name;
+  c.g.digest = c.meta.digest;
   c.stream = opt_bool(body, "stream").value_or(false);
   if (auto it = body.find("stream_options"); it != body.end() && it->is_object())
     c.include_usage = it->value("include_usage", false);
@@ -73,6 +74,25 @@ ordered_json usage(const GenResult& r) {
                     {"total_tokens", r.prompt_tokens + r.generated}};
   u["prompt_tokens_details"] = {{"cached_tokens", r.prompt_reused}};
   return u;
+}
+
+// The legacy completions shape: parallel arrays of tokens, their logprobs, {token: logprob} alternatives and the
+// tokens' offsets in the text (from `offset`, the text already sent).
+ordered_json completion_logprobs(const json& runner_lps, size_t offset) {
+  ordered_json tokens = ordered_json::array(), token_lps = ordered_json::array(), tops = ordered_json::array(),
+               offsets = ordered_json::array();
+  for (const auto& lp : runner_lps) {
+    std::string tok = lp.value("token", std::string());
+    tokens.push_back(tok);
+    token_lps.push_back(lp.value("logprob", 0.0));
+    ordered_json top = ordered_json::object();
+    if (lp.contains("top_logprobs"))
+      for (const auto& t : lp["top_logprobs"]) top[t.value("token", std::string())] = t.value("logprob", 0.0);
+    tops.push_back(top);
+    offsets.push_back(offset);
+    offset += tok.size();
+  }
+  return {{"tokens", tokens}, {"token_logprobs", token_lps}, {"top_logprobs", tops}, {"text_offset", offsets}};
 }
 
 ordered_json openai_logprobs(const json& runner_lps) {
@@ -118,8 +138,8 @@ void add_vatic_stats(ordered_json& out, const GenResult& r) {
 
 }  // namespace
 
-void register_openai_routes(httplib::Server& svr, ApiContext& ctx) {
-  svr.Post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+void register_openai_routes(Router& svr, ApiContext& ctx) {
+  svr.post("/v1/chat/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(res, true, [&] {
       ordered_json body = parse_body(req.body);
       OpenAICall c;
@@ -241,7 +261,7 @@ void register_openai_routes(httplib::Server& svr, ApiContext& ctx) {
     });
   });
 
-  svr.Post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
+  svr.post("/v1/completions", [&ctx](const httplib::Request& req, httplib::Response& res) {
     guarded(res, true, [&] {
       ordered_json body = parse_body(req.body);
       OpenAICall c;
@@ -254,15 +274,17 @@ void register_openai_routes(httplib::Server& svr, ApiContext& ctx) {
       else throw HttpError(400, "prompt must be a string (arrays of prompts and token arrays are not supported)");
       if (prompt.empty()) throw HttpError(400, "prompt must not be empty");
       if (auto s = opt_string(body, "suffix"); s && !s->empty()) throw HttpError(400, "suffix is not supported");
-      if (body.contains("logprobs") && body["logprobs"].is_number() && body["logprobs"].get<int>() > 0) {
+      // The legacy API's logprobs: a number of alternatives per token (0-5 in OpenAI's; up to 20 here).
+      if (auto lp = opt_int(body, "logprobs")) {
+        if (*lp < 0 || *lp > 20) throw HttpError(400, "logprobs must be between 0 and 20");
         c.g.logprobs = true;
-        c.g.top_logprobs = std::min(20, body["logprobs"].get<int>());
+        c.g.top_logprobs = static_cast<int>(*lp);
       }
       // As ollama does: the prompt goes through the model's chat format as one user turn.
       chat::Message u;
       u.role = "user";
       u.content = prompt;
-      if (!c.meta.renderer.empty()) {
+      if (!c.meta.renderer.empty() && c.meta.renderer != kRawRenderer) {
         c.g.prompt = render_chat(c.meta, {u}, {}, false, &c.g.parser_options);
         c.g.parser = c.meta.parser;
       } else {
@@ -276,11 +298,15 @@ void register_openai_routes(httplib::Server& svr, ApiContext& ctx) {
       };
       if (c.stream) {
         stream_response(res, "text/event-stream", [gen, c, base](const Writer& write) {
+          size_t offset = 0;
           try {
             GenResult r = gen->run([&](const GenPiece& p) {
-              if (p.content.empty()) return true;
+              if (p.content.empty() && p.logprobs.empty()) return true;
               ordered_json chunk = base();
-              chunk["choices"] = ordered_json::array({{{"text", p.content}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", nullptr}}});
+              ordered_json lps = nullptr;
+              if (c.g.logprobs) lps = completion_logprobs(p.logprobs, offset);
+              offset += p.content.size();
+              chunk["choices"] = ordered_json::array({{{"text", p.content}, {"index", 0}, {"logprobs", lps}, {"finish_reason", nullptr}}});
               return write(sse(chunk));
             });
             if (r.cancelled) return;
@@ -302,12 +328,16 @@ void register_openai_routes(httplib::Server& svr, ApiContext& ctx) {
         return;
       }
       std::string text;
+      json all_lps = json::array();
       GenResult r = gen->run([&](const GenPiece& p) {
         text += p.content;
+        for (const auto& lp : p.logprobs) all_lps.push_back(lp);
         return true;
       });
       ordered_json out = base();
-      out["choices"] = ordered_json::array({{{"text", text}, {"index", 0}, {"logprobs", nullptr}, {"finish_reason", finish_reason(r)}}});
+      ordered_json lps = nullptr;
+      if (c.g.logprobs) lps = completion_logprobs(all_lps, 0);
+      out["choices"] = ordered_json::array({{{"text", text}, {"index", 0}, {"logprobs", lps}, {"finish_reason", finish_reason(r)}}});
       out["usage"] = usage(r);
       add_vatic_stats(out, r);
       res.set_content(dump(out), "application/json");
@@ -322,21 +352,21 @@ void register_openai_routes(httplib::Server& svr, ApiContext& ctx) {
                                         .count()},
                         {"owned_by", "library"}};
   };
-  svr.Get("/v1/models", [&ctx, model_entry](const httplib::Request&, httplib::Response& res) {
+  svr.get("/v1/models", [&ctx, model_entry](const httplib::Request&, httplib::Response& res) {
     guarded(res, true, [&] {
       ordered_json data = ordered_json::array();
       for (const auto& i : ctx.store.list()) data.push_back(model_entry(i));
       res.set_content(dump(ordered_json{{"object", "list"}, {"data", data}}), "application/json");
     });
   });
-  svr.Get(R"(/v1/models/(.+))", [&ctx, model_entry](const httplib::Request& req, httplib::Response& res) {
+  svr.get(R"(/v1/models/(.+))", [&ctx, model_entry](const httplib::Request& req, httplib::Response& res) {
     guarded(res, true, [&] {
       std::string name = req.matches[1];
       ModelMeta meta = model_meta(ctx.store, name);
       res.set_content(dump(model_entry(ctx.store.show(meta.name))), "application/json");
     });
   });
-  svr.Post("/v1/embeddings", [](const httplib::Request&, httplib::Response& res) {
+  svr.post("/v1/embeddings", [](const httplib::Request&, httplib::Response& res) {
     send_error(res, 501, "embeddings are not supported yet", true);
   });
 }

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdlib>
 
 #include "chat/format.h"
@@ -27,14 +28,6 @@ double runner_timeout() {
   return 600;
 }
 
-// Options the runner understands; the rest of ollama's options are accepted and ignored.
-const char* const kNumberOptions[] = {"temperature",    "top_k",           "top_p",          "min_p",
-                                      "repeat_penalty", "repeat_last_n",   "presence_penalty", "frequency_penalty",
-                                      "seed",           "num_predict",     "draft_num_predict", "draft_depth"};
-const char* const kIgnoredNumberOptions[] = {"typical_p", "num_keep", "num_batch", "num_gpu", "main_gpu",
-                                             "num_thread", "tfs_z", "mirostat", "mirostat_tau", "mirostat_eta",
-                                             "penalize_newline"};
-
 }  // namespace
 
 ModelMeta model_meta(const ModelStore& store, const std::string& name) {
@@ -51,6 +44,7 @@ ModelMeta model_meta(const ModelStore& store, const std::string& name) {
   } catch (const NotFound&) {
     throw HttpError(404, fmt::format("model '{}' not found", name));
   }
+  m.digest = info.digest;
   m.renderer = info.renderer;
   m.parser = info.parser;
   m.params = info.params.is_object() ? info.params : json::object();
@@ -73,47 +67,6 @@ ModelMeta model_meta(const ModelStore& store, const std::string& name) {
   return m;
 }
 
-json merge_options(const json& params, const ordered_json* request, int64_t* num_ctx) {
-  json out = json::object();
-  for (const auto& [k, v] : params.items()) out[k] = v;
-  if (request && !request->is_null()) {
-    if (!request->is_object()) throw HttpError(400, "options must be a JSON object");
-    for (const auto& [k, v] : request->items()) {
-      if (v.is_null()) continue;
-      bool numeric = false;
-      for (const char* n : kNumberOptions) numeric |= k == n;
-      for (const char* n : kIgnoredNumberOptions) numeric |= k == n;
-      if (k == "num_ctx") numeric = true;
-      if (numeric && !v.is_number())
-        throw HttpError(400, fmt::format("invalid option \"{}\": must be a number, got {}", k, dump(v)));
-      if (k == "stop") {
-        if (v.is_string()) {
-          out["stop"] = json::array({v.get<std::string>()});
-          continue;
-        }
-        if (!v.is_array()) throw HttpError(400, "invalid option \"stop\": must be a string or an array of strings");
-        for (const auto& s : v)
-          if (!s.is_string()) throw HttpError(400, "invalid option \"stop\": must be a string or an array of strings");
-      }
-      out[k] = json::parse(v.dump());
-    }
-  }
-  if (num_ctx) {
-    *num_ctx = 0;
-    if (out.contains("num_ctx") && out["num_ctx"].is_number()) {
-      double c = out["num_ctx"].get<double>();
-      if (c < 0) throw HttpError(400, "invalid option \"num_ctx\": must be positive");
-      *num_ctx = static_cast<int64_t>(c);
-      if (*num_ctx > 0 && *num_ctx < 16) *num_ctx = 16;
-    }
-  }
-  json runner = json::object();
-  for (const char* n : kNumberOptions)
-    if (out.contains(n)) runner[n] = out[n];
-  if (out.contains("stop")) runner["stop"] = out["stop"];
-  if (out.contains("ignore_eos") && out["ignore_eos"].is_boolean()) runner["ignore_eos"] = out["ignore_eos"];
-  return runner;
-}
 
 std::string render_chat(const ModelMeta& meta, std::vector<chat::Message> messages, const std::vector<chat::Tool>& tools,
                         std::optional<bool> think, chat::ParserOptions* parser_options) {
@@ -198,7 +151,7 @@ std::string with_format(std::string body, const GenRequest& req) {
 }  // namespace
 
 Generation::Generation(Scheduler& sched, GenRequest req) : req_(std::move(req)) {
-  lease_ = sched.acquire(req_.model, req_.keep_alive, req_.num_ctx);
+  lease_ = sched.acquire(req_.model, req_.keep_alive, req_.num_ctx, req_.digest);
   json body = {{"prompt", req_.prompt}, {"add_special", req_.add_special}, {"options", req_.options},
                {"check_only", true}};
   httplib::Client cli("127.0.0.1", lease_->port());

@@ -9,6 +9,7 @@
 
 #include "chat/parser.h"
 #include "chat/types.h"
+#include "server/options.h"
 #include "server/scheduler.h"
 #include "util/json.h"
 
@@ -24,6 +25,7 @@ inline constexpr const char* kRawRenderer = "raw";
 // What the server knows about a stored model, for rendering and defaults.
 struct ModelMeta {
   std::string name;  // canonical "name:tag"
+  std::string digest;  // of the manifest: which version of the model
   std::string renderer, parser;
   json params = json::object();  // Modelfile PARAMETERs
   std::string system;
@@ -35,6 +37,7 @@ ModelMeta model_meta(const ModelStore& store, const std::string& name);
 
 struct GenRequest {
   std::string model;
+  std::string digest;  // ModelMeta::digest
   std::string prompt;
   bool add_special = false;  // rendered prompts carry their own <bos>
   json options = json::object();  // runner options (already merged with the model's PARAMETERs)
@@ -59,10 +62,6 @@ std::optional<bool> think_with_format(const ordered_json& format, std::optional<
 // in the syntax of the model's chat format; null for "auto" / "none" / absent. HttpError 400 when it cannot be
 // honoured (no tools, an unknown name, a chat format without a tool-call grammar).
 ordered_json tool_choice_spec(const ModelMeta& meta, const ordered_json& tool_choice, const std::vector<chat::Tool>& tools);
-
-// Merges request options over the model's PARAMETERs into runner options, checking types (HttpError 400).
-// Sets num_ctx from the result.
-json merge_options(const json& params, const ordered_json* request_options, int64_t* num_ctx);
 
 struct GenPiece {
   std::string content, thinking;

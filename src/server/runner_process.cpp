@@ -27,8 +27,9 @@ struct RunnerProcess::Shared {
   bool ready = false;
   bool exited = false;
   int status = 0;
-  std::deque<std::string> lines;   // last stderr lines
-  std::deque<std::string> errors;  // last error-like stderr lines
+  uint64_t count = 0;                               // stderr lines so far
+  std::deque<std::pair<uint64_t, std::string>> lines;   // last stderr lines, numbered from 1
+  std::deque<std::pair<uint64_t, std::string>> errors;  // last error-like stderr lines
 };
 
 namespace {
@@ -127,10 +128,11 @@ std::shared_ptr<RunnerProcess> RunnerProcess::spawn(const std::string& exe, cons
       if (forward_stderr) std::fprintf(stderr, "[%s] %s\n", label.c_str(), line.c_str());
       if (line.empty()) return;
       std::lock_guard<std::mutex> lk(s->mu);
-      s->lines.push_back(line);
+      const uint64_t n = ++s->count;
+      s->lines.emplace_back(n, line);
       if (s->lines.size() > 8) s->lines.pop_front();
       if (is_error_line(line)) {
-        s->errors.push_back(line);
+        s->errors.emplace_back(n, line);
         if (s->errors.size() > 4) s->errors.pop_front();
       }
     });
@@ -204,11 +206,16 @@ std::string RunnerProcess::exit_description() const {
   return "exited";
 }
 
-std::string RunnerProcess::last_error(bool or_last_line) const {
+std::string RunnerProcess::last_error(bool or_last_line, uint64_t since) const {
   std::lock_guard<std::mutex> lk(s_->mu);
-  if (!s_->errors.empty()) return s_->errors.back();
-  if (or_last_line && !s_->lines.empty()) return s_->lines.back();
+  if (!s_->errors.empty() && s_->errors.back().first > since) return s_->errors.back().second;
+  if (or_last_line && !s_->lines.empty() && s_->lines.back().first > since) return s_->lines.back().second;
   return "";
+}
+
+uint64_t RunnerProcess::output_mark() const {
+  std::lock_guard<std::mutex> lk(s_->mu);
+  return s_->count;
 }
 
 void RunnerProcess::stop(double grace_s) {

@@ -5,6 +5,7 @@
 #include <sys/types.h>
 
 #include <condition_variable>
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -30,8 +31,11 @@ class RunnerProcess {
   bool wait_exit(double timeout_s);
   // "exit status 1" / "killed by signal 9"; empty while running.
   std::string exit_description() const;
-  // The last error-like stderr line; with `or_last_line`, the last line when there was none.
-  std::string last_error(bool or_last_line = true) const;
+  // The last error-like stderr line; with `or_last_line`, the last line when there was none. Only lines after
+  // `since` (an output_mark()) count, so an error names what happened during the request, not an old log line.
+  std::string last_error(bool or_last_line = true, uint64_t since = 0) const;
+  // How many stderr lines the runner has written so far.
+  uint64_t output_mark() const;
 
   // SIGTERM, then SIGKILL after `grace_s`; waits for the exit.
   void stop(double grace_s = 5.0);

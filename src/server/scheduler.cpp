@@ -36,7 +36,23 @@ void Scheduler::stop_slot(const std::shared_ptr<Slot>& slot) {
 }
 
 std::unique_ptr<Scheduler::Lease> Scheduler::acquire(const std::string& model, std::optional<double> keep_alive,
-                                                     int64_t num_ctx) {
+                                                     int64_t num_ctx, const std::string& digest) {
+  while (true) {
+    auto lease = acquire_once(model, keep_alive, num_ctx, digest);
+    {
+      std::lock_guard<std::mutex> lk(mu_);
+      auto& s = lease->slot_;
+      if (!s->dead && !(s->proc && s->proc->exited())) return lease;
+      // The runner died while this request waited for it (the request before failed with it): release and go
+      // round again, which starts a fresh runner once nobody holds the dead one.
+      s->dead = true;
+    }
+    if (opts_.debug) std::fprintf(stderr, "scheduler: runner for %s died while a request waited; retrying\n", model.c_str());
+  }
+}
+
+std::unique_ptr<Scheduler::Lease> Scheduler::acquire_once(const std::string& model, std::optional<double> keep_alive,
+                                                          int64_t num_ctx, const std::string& digest) {
   std::unique_lock<std::mutex> lk(mu_);
   if (stopping_) throw HttpError(503, "server is shutting down");
   if (pending_ >= opts_.max_queue) throw HttpError(503, kBusyMessage);
@@ -50,7 +66,8 @@ std::unique_ptr<Scheduler::Lease> Scheduler::acquire(const std::string& model, s
       auto it = slots_.find(model);
       if (it != slots_.end()) {
         auto& s = it->second;
-        bool mismatch = num_ctx > 0 && !s->loading && s->num_ctx != num_ctx;
+        bool mismatch = (num_ctx > 0 && !s->loading && s->num_ctx != num_ctx) ||
+                        (!digest.empty() && !s->loading && !s->digest.empty() && s->digest != digest);
         bool gone = s->dead || (s->proc && !s->loading && s->proc->exited());
         if ((gone || mismatch) && s->refs == 0) {
           auto old = s;
@@ -86,6 +103,7 @@ std::unique_ptr<Scheduler::Lease> Scheduler::acquire(const std::string& model, s
       slot = std::make_shared<Slot>();
       slot->name = model;
       slot->num_ctx = num_ctx;
+      slot->digest = digest;
       slot->refs = 1;
       slot->keep_alive = opts_.default_keep_alive;
       slots_[model] = slot;
@@ -135,6 +153,7 @@ std::unique_ptr<Scheduler::Lease> Scheduler::acquire(const std::string& model, s
   auto lease = std::unique_ptr<Lease>(new Lease(this, slot));
   slot->run_mu.lock();  // one request at a time per runner; this is where requests queue
   if (loaded_here) lease->load_seconds_ = std::chrono::duration<double>(SteadyClock::now() - t0).count();
+  if (slot->proc) lease->output_mark_ = slot->proc->output_mark();
   return lease;
 }
 
@@ -153,7 +172,7 @@ std::string Scheduler::Lease::fail(const std::string& what) {
   bool exited = p->wait_exit(1.0);
   if (!exited) p->kill_now();
   // After a crash the last line usually says why; a hung runner's last line is just its last log.
-  std::string last = p->last_error(exited);
+  std::string last = p->last_error(exited, output_mark_);
   std::string msg = exited ? fmt::format("runner for model '{}' stopped unexpectedly ({})", slot_->name,
                                          p->exit_description())
                            : fmt::format("runner for model '{}' failed: {}", slot_->name, what);

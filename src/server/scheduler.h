@@ -63,12 +63,16 @@ class Scheduler {
     Scheduler* sched_;
     std::shared_ptr<Slot> slot_;
     double load_seconds_ = 0;
+    uint64_t output_mark_ = 0;  // the runner's stderr line count when the request got it
   };
 
   // Waits for (loading if needed) the model's runner. keep_alive: seconds, nullopt = the default.
   // num_ctx: context to load with (0 = default); an idle runner with another context is reloaded.
   // Throws HttpError 503 when too many requests are pending, 500 when loading fails.
-  std::unique_ptr<Lease> acquire(const std::string& model, std::optional<double> keep_alive, int64_t num_ctx);
+  // digest: the model's manifest digest when known; a runner loaded from another version of the model (deleted and
+  // created again) is replaced. A request queued behind one whose runner died goes to a fresh runner.
+  std::unique_ptr<Lease> acquire(const std::string& model, std::optional<double> keep_alive, int64_t num_ctx,
+                                 const std::string& digest = "");
 
   // Unloads the model now if loaded (waits for its request to finish). Returns whether it was loaded.
   bool unload(const std::string& model);
@@ -82,11 +86,14 @@ class Scheduler {
     bool loading = true, failed = false, dead = false;
     std::string error;
     int64_t num_ctx = 0;
+    std::string digest;
     int refs = 0;  // requests holding or waiting for the runner
     std::mutex run_mu;
     double keep_alive = 300;
     std::chrono::steady_clock::time_point last_used;
   };
+  std::unique_ptr<Lease> acquire_once(const std::string& model, std::optional<double> keep_alive, int64_t num_ctx,
+                                      const std::string& digest);
   void release(const std::shared_ptr<Slot>& slot);
   void reap();
   void stop_slot(const std::shared_ptr<Slot>& slot);  // outside mu_

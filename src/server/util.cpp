@@ -12,11 +12,17 @@ double parse_duration_text(const std::string& text) {
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.back()))) s.pop_back();
   while (!s.empty() && std::isspace(static_cast<unsigned char>(s.front()))) s.erase(0, 1);
   if (s.empty()) throw InvalidInput("keep_alive: empty duration");
-  // A plain number is seconds.
-  {
+  // Whatever the spelling, a duration is finite; one longer than a century means "forever".
+  auto bounded = [&](double v) {
+    if (!std::isfinite(v)) throw InvalidInput(fmt::format("invalid duration \"{}\": must be finite", text));
+    if (std::fabs(v) > kForeverSeconds) return -1.0;
+    return v;
+  };
+  // A plain number is seconds (digits only: strtod would also take "nan", "inf" and hex floats).
+  if (s.find_first_not_of("0123456789.+-eE") == std::string::npos) {
     char* end = nullptr;
     double v = std::strtod(s.c_str(), &end);
-    if (end && *end == '\0') return v;
+    if (end && *end == '\0') return bounded(v);
   }
   size_t i = 0;
   double sign = 1;
@@ -48,11 +54,15 @@ double parse_duration_text(const std::string& text) {
     any = true;
   }
   if (!any) throw InvalidInput(fmt::format("invalid duration \"{}\"", text));
-  return sign * total;
+  return bounded(sign * total);
 }
 
 double parse_keep_alive(const ordered_json& value) {
-  if (value.is_number()) return value.get<double>();
+  if (value.is_number()) {
+    double v = value.get<double>();
+    if (!std::isfinite(v)) throw InvalidInput("keep_alive must be finite");
+    return std::fabs(v) > kForeverSeconds ? -1.0 : v;
+  }
   if (value.is_string()) return parse_duration_text(value.get<std::string>());
   throw InvalidInput("keep_alive must be a duration string (\"5m\") or a number of seconds");
 }
@@ -94,14 +104,13 @@ int64_t to_ns(double seconds) { return static_cast<int64_t>(std::llround(seconds
 
 ordered_json parse_body(const std::string& body) {
   if (body.empty()) throw HttpError(400, "missing request body");
+  if (json_depth(body) > kMaxJsonDepth)
+    throw HttpError(400, fmt::format("invalid JSON in request body: nested deeper than {} levels", kMaxJsonDepth));
   ordered_json j;
   try {
     j = ordered_json::parse(body);
   } catch (const std::exception& e) {
-    std::string what = e.what();
-    // nlohmann messages start with "[json.exception.parse_error.101] "; keep the readable part.
-    if (auto p = what.find("] "); p != std::string::npos) what = what.substr(p + 2);
-    throw HttpError(400, "invalid JSON in request body: " + what);
+    throw HttpError(400, "invalid JSON in request body: " + json_error_text(e));
   }
   if (!j.is_object()) throw HttpError(400, "request body must be a JSON object");
   return j;
@@ -138,8 +147,15 @@ std::optional<int64_t> opt_int(const ordered_json& j, const char* key) {
   const auto* f = field(j, key);
   if (!f) return std::nullopt;
   if (!f->is_number()) throw HttpError(400, fmt::format("field \"{}\" must be an integer", key));
+  if (f->is_number_integer() && !f->is_number_unsigned()) return f->get<int64_t>();
+  if (f->is_number_unsigned()) {
+    if (f->get<uint64_t>() > static_cast<uint64_t>(INT64_MAX))
+      throw HttpError(400, fmt::format("field \"{}\" is out of range", key));
+    return static_cast<int64_t>(f->get<uint64_t>());
+  }
   double d = f->get<double>();
-  if (d != std::floor(d)) throw HttpError(400, fmt::format("field \"{}\" must be an integer", key));
+  if (!std::isfinite(d) || d != std::floor(d)) throw HttpError(400, fmt::format("field \"{}\" must be an integer", key));
+  if (std::fabs(d) > 9.2e18) throw HttpError(400, fmt::format("field \"{}\" is out of range", key));
   return static_cast<int64_t>(d);
 }
 

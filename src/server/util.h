@@ -27,6 +27,7 @@ inline constexpr const char* kBusyMessage = "server busy, please try again. maxi
 // keep_alive: a Go-style duration ("5m", "1h30m", "30s", "500ms", "-1m"), a number of seconds (as a number or a
 // string), 0 = unload when idle, negative = forever. Returns seconds (negative = forever). Throws InvalidInput.
 double parse_keep_alive(const ordered_json& value);
+inline constexpr double kForeverSeconds = 100.0 * 365 * 24 * 3600;  // longer durations mean "forever"
 double parse_duration_text(const std::string& text);  // same rules, for environment variables
 
 // RFC 3339 with nanoseconds, UTC: 2024-05-01T12:00:00.123456789Z.

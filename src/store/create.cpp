@@ -49,11 +49,7 @@ struct ModelInput {
 };
 
 json parse_json_text(const std::string& text, const std::string& what) {
-  try {
-    return json::parse(text);
-  } catch (const json::exception& e) {
-    throw InvalidInput(fmt::format("{} is not valid JSON: {}", what, e.what()));
-  }
+  return parse_json(text, what);
 }
 
 ModelInput load_directory(const fs::path& dir, const std::string& role) {
@@ -87,7 +83,10 @@ ModelInput load_directory(const fs::path& dir, const std::string& role) {
   }
   for (const auto& n : ts->names()) in.where[n] = index.at(ts->file_of(n));
   auto extra = [&](const char* file, const char* kind) {
-    if (fs::is_regular_file(dir / file, ec)) in.extras[kind] = read_file(dir / file);
+    if (!fs::is_regular_file(dir / file, ec)) return;
+    in.extras[kind] = read_file(dir / file);
+    // JSON side files are stored as they are, so a broken one would only fail later, at load time.
+    if (std::string_view(file).ends_with(".json")) parse_json_text(in.extras[kind], in.label + ": " + file);
   };
   extra("tokenizer.json", media::kTokenizer);
   extra("tokenizer_config.json", media::kTokenizerConfig);

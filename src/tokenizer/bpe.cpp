@@ -105,6 +105,9 @@ Bpe::Bpe(const json& model, const VocabList& vocab, const MergeList& merges) {
     max_id = std::max(max_id, id);
     bytes += tok.size();
   }
+  // Ids index a table, so a lone huge id would allocate gigabytes: real vocabularies are dense.
+  if (max_id >= static_cast<int64_t>(vocab.size()) * 2 + 65536)
+    fail("vocab id {} is far beyond the {} vocab entries (ids must be dense)", max_id, vocab.size());
   tokens_.assign(static_cast<std::size_t>(max_id + 1), {0, kMissing});
   arena_.reserve(bytes);
   std::size_t cap = 16;

@@ -272,7 +272,7 @@ class ByteLevelPreTokenizer : public PreTokenizer {
   void pre_tokenize(std::vector<Piece>& pieces) const override {
     if (add_prefix_space_)
       for (Piece& p : pieces)
-        if (p.text.empty() || p.text[0] != ' ') p.text.insert(0, " ");
+        if (p.text.empty() || p.text[0] != ' ') p.text.insert(p.text.begin(), ' ');  // not insert(0, " "): GCC 12 -O3 -Wrestrict false positive
     if (use_regex_)
       split_pieces(pieces, Behavior::Isolated, false,
                    [&](std::string_view s, std::vector<std::pair<std::size_t, std::size_t>>& m) { regex_->find_all(s, m); });

@@ -240,6 +240,9 @@ std::unique_ptr<Impl> build(const json& root, const VocabList* fast_vocab, const
         fail("invalid added token {} in tokenizer.json: {}", a.dump(), e.what());
       }
       if (t.id < 0) fail("added token \"{}\" has a negative id", t.content);
+      if (t.id >= impl->model->size() * 2 + 65536 + static_cast<int32_t>(at->size()))
+        fail("added token \"{}\" has id {}, far beyond the vocabulary of {} (ids must be dense)", t.content, t.id,
+             impl->model->size());
       if (auto it = impl->added_by_id.find(t.id); it != impl->added_by_id.end()) {
         impl->added[it->second] = t;
       } else {
@@ -308,10 +311,11 @@ std::string read_whole_file(const std::filesystem::path& p) {
 }
 
 json parse_json(std::string_view text, std::string_view origin) {
+  if (json_depth(text) > kMaxJsonDepth) fail("invalid JSON in {}: nested deeper than {} levels", origin, kMaxJsonDepth);
   try {
     return json::parse(text.begin(), text.end());
   } catch (const json::parse_error& e) {
-    fail("invalid JSON in {}: {}", origin, e.what());
+    fail("invalid JSON in {}: {}", origin, json_error_text(e));
   }
 }
 
@@ -373,6 +377,8 @@ Tokenizer Tokenizer::from_json(std::string_view json_text, std::string_view orig
   // Fast path: read model.vocab and model.merges with a dedicated reader and the rest with nlohmann::json.
   // Anything unexpected falls back to parsing the whole document (which also gives the precise error).
   namespace fj = tok::fastjson;
+  if (json_depth(json_text) > kMaxJsonDepth)
+    fail("invalid JSON in {}: nested deeper than {} levels", origin, kMaxJsonDepth);
   if (auto top = fj::object_members(json_text)) {
     try {
       json root = json::object();

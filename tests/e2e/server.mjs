@@ -28,7 +28,8 @@ export async function startServer() {
   const url = `http://127.0.0.1:${port}`;
   let log = '';
   const child = spawn(binary, ['serve'], {
-    env: { ...process.env, VATIC_HOST: `127.0.0.1:${port}`, VATIC_MODELS: store },
+    // The clients create models from the fixture folders, which the server must be told it may read.
+    env: { ...process.env, VATIC_HOST: `127.0.0.1:${port}`, VATIC_MODELS: store, VATIC_CREATE_PATHS: join(fixtures, 'models') },
     stdio: ['ignore', 'ignore', 'pipe'],
   });
   child.stderr.on('data', (d) => { log += d.toString(); });

@@ -365,12 +365,13 @@ TEST(SafetensorsMalformed, HugeShapesDoNotOverflow) {
 }
 
 TEST(SafetensorsMalformed, DeeplyNestedJsonDoesNotOverflowTheStack) {
+  // Refused by the nesting limit before the header is parsed.
   const std::string deep = std::string(200000, '[') + std::string(200000, ']');
   expect_invalid(st_bytes(R"({"a": {"dtype": "F32", "shape": )" + deep + R"(, "data_offsets": [0, 4]}})", 4),
-                 {"tensor a", "shape"});
+                 {"nested deeper"});
   expect_invalid(st_bytes(R"({"a": {"dtype": "F32", "shape": [1], "data_offsets": )" + deep + "}}", 4),
-                 {"tensor a", "data_offsets"});
-  expect_invalid(st_bytes(R"({"a": )" + deep + "}", 0), {"tensor a", "not an object"});
+                 {"nested deeper"});
+  expect_invalid(st_bytes(R"({"a": )" + deep + "}", 0), {"nested deeper"});
 }
 
 TEST(SafetensorsMalformed, PathIsADirectoryOrMissing) {

@@ -9,7 +9,11 @@ namespace {
 
 class Api : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() { server_ = new ServerProcess(Env{{"VATIC_KEEP_ALIVE", "5m"}}); }
+  static void SetUpTestSuite() {
+    // Creating from server folders through the API is off by default; this server allows the fixture models.
+    server_ = new ServerProcess(
+        Env{{"VATIC_KEEP_ALIVE", "5m"}, {"VATIC_CREATE_PATHS", (fs::path(VATIC_FIXTURES_DIR) / "models").string()}});
+  }
   static void TearDownTestSuite() {
     delete server_;
     server_ = nullptr;

@@ -93,6 +93,8 @@ class ServerProcess {
   ServerProcess(const ServerProcess&) = delete;
   ServerProcess& operator=(const ServerProcess&) = delete;
   explicit ServerProcess(Env env = {}, fs::path store = shared_store()) {
+    // A server may refuse a body before reading all of it; the client must see the answer, not die of SIGPIPE.
+    ::signal(SIGPIPE, SIG_IGN);
     port_ = free_port();
     char tmpl[] = "/tmp/vatic-server-log-XXXXXX";
     log_dir_ = ::mkdtemp(tmpl);

@@ -25,7 +25,7 @@ std::vector<std::string> renderer_names() {
 }
 
 std::vector<std::string> parser_names() {
-  return {"gemma4", "glm-4.7", "llama3", "qwen3", "gemma3"};
+  return {"gemma4", "glm-4.7", "llama3", "qwen3", "gemma3", "raw"};
 }
 
 std::unique_ptr<Renderer> make_renderer(std::string_view name) {
@@ -44,7 +44,8 @@ std::unique_ptr<Parser> make_parser(std::string_view name, const ParserOptions& 
   if (name == "glm-4.7") return std::make_unique<Glm47Parser>(options);
   if (name == "llama3") return std::make_unique<Llama3Parser>(options);
   if (name == "qwen3") return std::make_unique<Qwen3Parser>(options);
-  if (name == "gemma3") return std::make_unique<TextParser>();
+  // gemma3 has no thinking or tool-call markup to split out; raw (plain completion models) none at all.
+  if (name == "gemma3" || name == "raw") return std::make_unique<TextParser>();
   throw InvalidInput(fmt::format("unknown parser \"{}\" (valid: {})", name, join(parser_names())));
 }
 

@@ -171,8 +171,10 @@ std::string Scheduler::Lease::fail(const std::string& what) {
   // Give the reaper a moment to see a crash, so the message can say how the runner ended.
   bool exited = p->wait_exit(1.0);
   if (!exited) p->kill_now();
-  // After a crash the last line usually says why; a hung runner's last line is just its last log.
-  std::string last = p->last_error(exited, output_mark_);
+  // After a crash the last line usually says why; a hung runner's last line is just its last log, and so is a
+  // killed runner's (a signal leaves no message of its own): those quote only lines that report an error.
+  const bool by_signal = exited && p->exit_description().find("signal") != std::string::npos;
+  std::string last = p->last_error(exited && !by_signal, output_mark_);
   std::string msg = exited ? fmt::format("runner for model '{}' stopped unexpectedly ({})", slot_->name,
                                          p->exit_description())
                            : fmt::format("runner for model '{}' failed: {}", slot_->name, what);

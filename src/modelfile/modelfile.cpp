@@ -116,7 +116,7 @@ std::string read_text_argument(std::string_view rest, Reader& r, int line, bool*
       char c = rest[i];
       if (c == '\\' && i + 1 < rest.size()) {
         char e = rest[++i];
-        out += e == 'n' ? '\n' : e == 't' ? '\t' : e;
+        out += e == 'n' ? '\n' : e == 't' ? '\t' : e == 'r' ? '\r' : e;
       } else if (c == '"') {
         break;
       } else {
@@ -180,15 +180,18 @@ std::string format_number(const json& v) {
 
 // Quotes a text argument so that read_text_argument gives it back unchanged.
 std::string quote_text(const std::string& s) {
-  bool plain = !s.empty() && s.find('\n') == std::string::npos && s.front() != '"' &&
+  // A carriage return would be taken for part of a line ending when read back: only the escaped form keeps it.
+  const bool has_cr = s.find('\r') != std::string::npos;
+  bool plain = !s.empty() && s.find('\n') == std::string::npos && !has_cr && s.front() != '"' &&
                trim(s).size() == s.size();
   if (plain) return s;
-  if (s.find("\"\"\"") == std::string::npos && (s.empty() || s.back() != '"')) return "\"\"\"" + s + "\"\"\"";
+  if (!has_cr && s.find("\"\"\"") == std::string::npos && (s.empty() || s.back() != '"'))
+    return "\"\"\"" + s + "\"\"\"";
   std::string out = "\"";
   for (char c : s) {
     if (c == '"' || c == '\\') out += '\\';
-    if (c == '\n') {
-      out += "\\n";
+    if (c == '\n' || c == '\r') {
+      out += c == '\n' ? "\\n" : "\\r";
       continue;
     }
     out += c;

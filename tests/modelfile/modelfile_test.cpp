@@ -188,3 +188,17 @@ TEST(Modelfile, ReadFromFileUsesItsFolder) {
   EXPECT_THROW(read_modelfile(dir / "missing"), NotFound);
   fs::remove_all(dir);
 }
+
+// Found by fuzzing: a carriage return in a text value was taken for part of a line ending when read back.
+TEST(Modelfile, CarriageReturnsInTextSurviveFormatting) {
+  Modelfile m;
+  m.from.text = "base";
+  m.system = "line one\r\nline two\r\r\n";
+  m.template_text = "a\rb";
+  m.params["stop"] = json::array({"x\ry"});
+  Modelfile back = parse_modelfile(format_modelfile(m), "/");
+  EXPECT_EQ(back.system, m.system);
+  EXPECT_EQ(back.template_text, m.template_text);
+  EXPECT_EQ(back.params, m.params);
+  EXPECT_EQ(parse_modelfile("FROM base\nSYSTEM \"a\\rb\"\n", "/").system, "a\rb");
+}

@@ -440,6 +440,7 @@ struct Options {
   int prompt = 128;
   int reps = 3;
   int max_verify = 8;
+  int forced_depth = 0;
   bool bandwidth = false, kernels = false, no_verify = false;
   size_t bw_mib = 1024;
 };
@@ -589,6 +590,40 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
     std::printf("drafter step (%s): %.3f ms (1 step), %.3f ms/step over 4; %.1f MB read/step; "
                 "ratio to a target step %.3f\n",
                 drafter->name().c_str(), 1e3 * t_draft1, 1e3 * t_draft4, dbytes / 1e6, t_draft1 / t1);
+
+    // Random weights are never accepted, so speculation's speed at a given acceptance is measured by forcing it:
+    // real rounds (K draft steps, one verification over K+1 tokens, cache rewind) that keep n drafts, i.e. emit
+    // n + 1 tokens per round.
+    if (o.forced_depth > 0 && !drafter->wants_hidden()) {
+      const int K = o.forced_depth, rounds = std::max(8, o.tokens / 4);
+      std::printf("speculative rounds at depth %d with n drafts forced accepted (plain decode %.1f tok/s):\n", K,
+                  1.0 / t_decode);
+      for (int n = 1; n <= std::min(K, 5); n++) {
+        double t = best_of(o.reps, [&] {
+          st->restore(snap);
+          int32_t tok = first;
+          Tensor hidden = r.hidden;
+          auto t0 = Clock::now();
+          for (int i = 0; i < rounds; i++) {
+            const int64_t base = st->length();
+            std::vector<int32_t> verify = {tok};
+            drafter->draft(*st, tok, hidden, K, [&](const Tensor& logits) {
+              verify.push_back(argmax(ops::to_vector(logits).data(), V));
+              return verify.back();
+            });
+            ForwardResult vr = lm->forward(*st, verify, K + 1);
+            const int32_t bonus = argmax(ops::to_vector(vr.logits.slice(0, n, n + 1)).data(), V);
+            st->rewind(base + 1 + n);
+            hidden = vr.hidden.slice(0, n, n + 1);
+            tok = bonus;
+          }
+          return seconds_since(t0);
+        });
+        const double tps = rounds * (n + 1) / t;
+        std::printf("  acceptance length %d: %8.1f tok/s  %.2fx plain  (round %.2f ms)\n", n + 1, tps,
+                    tps * t_decode, 1e3 * t / rounds);
+      }
+    }
   }
 }
 
@@ -653,6 +688,9 @@ void register_bench_commands(CLI::App& app) {
   cmd->add_option("--reps", o->reps, "Runs per measurement; the best is reported (default 3)");
   cmd->add_option("--max-verify", o->max_verify, "Largest K of the verify-cost table (default 8)");
   cmd->add_flag("--no-verify", o->no_verify, "Skip the verify-cost table");
+  cmd->add_option("--forced-acceptance", o->forced_depth,
+                  "Speculative rounds at this draft depth with 1..5 drafts forced accepted (tok/s at acceptance "
+                  "lengths 2..6)");
   cmd->add_flag("--bandwidth", o->bandwidth, "Only measure memory bandwidth");
   cmd->add_flag("--kernels", o->kernels, "Matmul kernel throughput (bf16 / int8 / int4, decode to prefill sizes)");
   cmd->add_option("--bandwidth-mib", o->bw_mib, "Array size of the bandwidth test in MiB (default 1024)");

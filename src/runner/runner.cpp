@@ -323,7 +323,7 @@ class Runner {
       // The device's state cannot be trusted after this: answer, then exit so that the server starts a fresh runner
       // for the next request.
       std::fprintf(stderr, "runner: device failure, exiting: %s\n", e.what());
-      write({{"error", std::string("the device failed: ") + e.what()}});
+      write({{"error", fmt::format("the device failed: {}", e.what())}});
       std::thread([] {
         std::this_thread::sleep_for(std::chrono::milliseconds(300));
         std::_Exit(3);

@@ -43,7 +43,10 @@ std::string Qwen3Renderer::render(const std::vector<Message>& messages, const st
         "# Tools\n\nYou may call one or more functions to assist with the user query.\n\nYou are provided "
         "with "
         "function signatures within <tools></tools> XML tags:\n<tools>";
-    for (const Tool& t : tools) out += "\n" + detail::python_json(t.to_json());
+    for (const Tool& t : tools) {
+      out += "\n";
+      out += detail::python_json(t.to_json());
+    }
     out +=
         "\n</tools>\n\nFor each function call, return a json object with function name and arguments within "
         "<tool_call></tool_call> XML tags:\n<tool_call>\n{\"name\": <function-name>, \"arguments\": "

@@ -116,6 +116,11 @@ std::optional<std::chrono::system_clock::time_point> parse_rfc3339(const std::st
   const int64_t doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
   const int64_t days = era * 146097 + doe - 719468;
   const int64_t secs = days * 86400 + h * 3600 + m * 60 + s - offset;
+  // The clock counts nanoseconds in 64 bits (until 2262): later times (ollama's "forever" is 2318) saturate.
+  using Clock = std::chrono::system_clock;
+  const int64_t limit = std::chrono::duration_cast<std::chrono::seconds>(Clock::duration::max()).count() - 1;
+  if (secs >= limit) return Clock::time_point::max();
+  if (secs <= -limit) return Clock::time_point::min();
   return std::chrono::system_clock::time_point(
       std::chrono::duration_cast<std::chrono::system_clock::duration>(std::chrono::seconds(secs) +
                                                                       std::chrono::nanoseconds(frac_ns)));

@@ -6,7 +6,7 @@
 namespace vatic {
 
 Weights::Weights(std::shared_ptr<const TensorStore> store, Device device, Progress progress)
-    : store_(std::move(store)), device_(device), progress_(std::move(progress)) {
+    : store_(std::move(store)), device_(device), progress_(std::move(progress)), total_(store_->total_bytes()) {
   backend_for(device_);  // a clear error now rather than at the first tensor
 }
 
@@ -21,7 +21,7 @@ Tensor Weights::place(const std::string& name, const Shape& shape, bool keep) co
   Tensor t = ops::to_device(h, device_);
   done_ += h.nbytes();
   if (keep && !device_.is_cpu()) placed_.emplace(name, t);
-  if (progress_) progress_(done_, store_->total_bytes());
+  if (progress_) progress_(done_, total_);
   return t;
 }
 

@@ -42,6 +42,7 @@ class Weights {
   mutable std::mutex mu_;
   Tensor place(const std::string& name, const Shape& shape, bool keep) const;
   mutable std::map<std::string, Tensor> placed_;  // uploads so far, so a tensor read twice is uploaded once
+  uint64_t total_ = 0;  // the store's bytes, summed once (progress is reported after every tensor)
   mutable uint64_t done_ = 0;
 };
 

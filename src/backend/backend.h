@@ -3,6 +3,8 @@
 // implements all of them over tensors that live in its memory. Model code never calls a backend directly: it
 // calls ops/ops.h, which checks that the inputs share a device, allocates outputs there and dispatches here.
 #include <cstdint>
+#include <functional>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -38,6 +40,14 @@ struct RouteParams {
 struct AttentionParams {
   float scale = 1.0f;
   int window = 0;  // > 0: a query at position p sees keys k with p - window < k <= p
+};
+
+// Work recorded once and run again later (a CUDA graph): every replay reads and writes the same device addresses as
+// the recording did. Memory allocated while recording belongs to the graph and lives as long as it does.
+class DeviceGraph {
+ public:
+  virtual ~DeviceGraph() = default;
+  virtual void replay() = 0;
 };
 
 struct DeviceMemory {
@@ -110,6 +120,18 @@ class Backend {
   virtual void scatter(const Tensor& values, const Tensor& index, const Tensor& out) = 0;
   // Mixture-of-experts routing of router outputs a [T, E] into k experts per row: see RouteParams.
   virtual void route(const Tensor& a, const RouteParams& p, const Tensor& weights, const Tensor& experts) = 0;
+
+  // KV cache writes. Row t of k [T, H, D] and v [T, H, Dv] goes to slot positions[t] (modulo the capacity C of
+  // keys [C, H, D] / values [C, H, Dv] when `ring`), and slot_pos[slot] = positions[t] (I32 [C]). The positions
+  // are read on the device, so a recorded graph writes wherever each replay's positions say.
+  virtual void kv_write(const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& keys,
+                        const Tensor& values, const Tensor& slot_pos, bool ring) = 0;
+  // slot_pos[s] = -1 wherever slot_pos[s] >= n (a cache rewound to n tokens).
+  virtual void forget_positions(const Tensor& slot_pos, int64_t n) = 0;
+
+  // Records the work `work` queues on this device into a graph instead of running it, or returns null when this
+  // device has no graphs. While recording, nothing may wait for the device or copy host memory to it (both throw).
+  virtual std::unique_ptr<DeviceGraph> record(const std::function<void()>& work) { return nullptr; }
 };
 
 // The backend registry: which devices this build and this machine have.

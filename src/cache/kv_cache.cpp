@@ -1,17 +1,19 @@
 #include "cache/kv_cache.h"
 
 #include <algorithm>
+#include <atomic>
+#include <numeric>
 
 #include "ops/ops.h"
 
 namespace vatic {
 
-KvCache::KvCache(int64_t heads, int64_t head_dim, int64_t value_dim, Device device)
-    : heads_(heads), head_dim_(head_dim), value_dim_(value_dim), device_(device) {}
-
-Tensor KvCache::positions() const {
-  return ops::ids(std::vector<int32_t>(pos_.begin(), pos_.begin() + used_slots()), device_);
+namespace {
+std::atomic<uint64_t> next_generation{1};
 }
+
+KvCache::KvCache(int64_t heads, int64_t head_dim, int64_t value_dim, Device device)
+    : heads_(heads), head_dim_(head_dim), value_dim_(value_dim), device_(device), full_extent_(!device.is_cpu()) {}
 
 void KvCache::reallocate(int64_t capacity) {
   Backend& be = backend_for(device_);
@@ -34,26 +36,30 @@ void KvCache::reallocate(int64_t capacity) {
   keys_ = k;
   values_ = v;
   pos_ = std::move(pos);
+  slot_pos_ = ops::ids(pos_, device_);
+  generation_ = next_generation++;
+}
+
+void KvCache::append(const Tensor& k, const Tensor& v, const Tensor& positions) {
+  const int64_t T = k.dim(0);
+  VATIC_CHECK(k.ndim() == 3 && k.dim(1) == heads_ && k.dim(2) == head_dim_ && v.dim(0) == T && v.dim(1) == heads_ &&
+                  v.dim(2) == value_dim_ && positions.numel() == T,
+              "kv cache append: k {} v {} positions {} for a cache of {} heads × {}/{}", k.describe(), v.describe(),
+              positions.describe(), heads_, head_dim_, value_dim_);
+  reserve_for(T);
+  ops::kv_write(k, v, positions, keys_, values_, slot_pos_, ring());
+  note_append(T);
 }
 
 void KvCache::append(const Tensor& k, const Tensor& v) {
-  const int64_t T = k.dim(0);
-  VATIC_CHECK(k.ndim() == 3 && k.dim(1) == heads_ && k.dim(2) == head_dim_ && v.dim(0) == T && v.dim(1) == heads_ &&
-                  v.dim(2) == value_dim_,
-              "kv cache append: k {} v {} for a cache of {} heads × {}/{}", k.describe(), v.describe(), heads_,
-              head_dim_, value_dim_);
-  reserve_for(T);
-  Backend& be = backend_for(device_);
-  // Contiguous runs of slots (a ring may wrap once).
-  int64_t t = 0;
-  while (t < T) {
-    int64_t slot = slot_of(length_ + t);
-    int64_t run = std::min(T - t, capacity_ - slot);
-    be.copy(k.slice(0, t, t + run), keys_.slice(0, slot, slot + run));
-    be.copy(v.slice(0, t, t + run), values_.slice(0, slot, slot + run));
-    for (int64_t i = 0; i < run; i++) pos_[slot + i] = static_cast<int32_t>(length_ + t + i);
-    t += run;
-  }
+  std::vector<int32_t> pos(static_cast<size_t>(k.dim(0)));
+  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(length_));
+  append(k, v, ops::ids(pos, device_));
+}
+
+void KvCache::note_append(int64_t T) {
+  VATIC_CHECK(has_room(T), "kv cache: no room for {} more positions without reallocating", T);
+  for (int64_t t = 0; t < T; t++) pos_[slot_of(length_ + t)] = static_cast<int32_t>(length_ + t);
   length_ += T;
 }
 
@@ -62,11 +68,13 @@ void KvCache::rewind(int64_t n) {
               length_, n);
   for (auto& p : pos_)
     if (p >= n) p = -1;
+  ops::forget_positions(slot_pos_, n);
   length_ = n;
 }
 
 void KvCache::rewind_all() {
   std::fill(pos_.begin(), pos_.end(), -1);
+  ops::forget_positions(slot_pos_, 0);
   length_ = 0;
 }
 
@@ -88,6 +96,7 @@ void KvCache::restore(const KvSnapshot& s) {
     be.copy(s.values.slice(0, i, i + 1), values_.slice(0, slot, slot + 1));
     pos_[slot] = s.positions[i];
   }
+  ops::copy_into(ops::ids(pos_, device_), slot_pos_);
   length_ = s.length;
 }
 

@@ -23,13 +23,26 @@ class KvCache {
   KvCache(int64_t heads, int64_t head_dim, int64_t value_dim, Device device);
   virtual ~KvCache() = default;
 
-  // Appends entries for positions length() .. length()+T-1. k [T, H, D], v [T, H, Dv] (F32).
-  void append(const Tensor& k, const Tensor& v);
-  // All slots (some may be empty: position -1). Views, valid until the next append.
-  Tensor keys() const { return keys_.slice(0, 0, used_slots()); }
-  Tensor values() const { return values_.slice(0, 0, used_slots()); }
-  Tensor positions() const;  // I32 [slots]
+  // Appends entries for positions length() .. length()+T-1. k [T, H, D], v [T, H, Dv] (F32). `positions` (I32 [T]
+  // on the cache's device, holding length() ..) says where they go; the device reads it, so a recorded graph's
+  // replays write where their own positions say.
+  void append(const Tensor& k, const Tensor& v, const Tensor& positions);
+  void append(const Tensor& k, const Tensor& v);  // uploads the positions itself
+  // The slots attention reads (some may be empty: position -1). Views, valid until the next append. On the CPU
+  // these are the slots used so far; on an accelerator, every slot, so that their extent stays fixed while the
+  // sequence grows (a recorded graph keeps its shapes).
+  Tensor keys() const { return keys_.slice(0, 0, extent()); }
+  Tensor values() const { return values_.slice(0, 0, extent()); }
+  Tensor positions() const { return slot_pos_.slice(0, 0, extent()); }  // I32 [slots], on the device
   int64_t length() const { return length_; }
+
+  // For graph replays: whether `extra` more positions fit without reallocating (which moves the buffers), making
+  // room when not; and the host-side bookkeeping of an append whose device work a graph replay does.
+  virtual bool has_room(int64_t extra) const = 0;
+  void reserve(int64_t extra) { reserve_for(extra); }
+  void note_append(int64_t T);
+  // Changes whenever the buffers move (a reallocation); larger than every earlier value of any cache.
+  uint64_t generation() const { return generation_; }
 
   // True when rewinding to n (<= length()) leaves every entry that positions < n need.
   virtual bool can_rewind_to(int64_t n) const = 0;
@@ -48,13 +61,18 @@ class KvCache {
   // Makes room for `extra` more positions (may reallocate).
   virtual void reserve_for(int64_t extra) = 0;
   virtual int64_t used_slots() const = 0;
+  virtual bool ring() const = 0;
+  int64_t extent() const { return full_extent_ ? capacity_ : used_slots(); }
   void reallocate(int64_t capacity);  // keeps entries, re-slotting them by slot_of under the new capacity
   void rewind_all();
 
   int64_t heads_, head_dim_, value_dim_;
   Device device_;
   Tensor keys_, values_;             // [capacity, H, D]
-  std::vector<int32_t> pos_;         // per slot, -1 when empty
+  Tensor slot_pos_;                  // I32 [capacity] on the device: position per slot, -1 when empty
+  std::vector<int32_t> pos_;         // the same on the host
+  bool full_extent_;
+  uint64_t generation_ = 0;
   int64_t capacity_ = 0;
   int64_t length_ = 0;
 };
@@ -65,9 +83,11 @@ class FullKvCache final : public KvCache {
   FullKvCache(int64_t heads, int64_t head_dim, int64_t value_dim, Device device, int64_t initial_capacity = 256);
   bool can_rewind_to(int64_t n) const override { return n >= 0 && n <= length_; }
   KvSnapshot snapshot() const override;
+  bool has_room(int64_t extra) const override { return length_ + extra <= capacity_; }
 
  protected:
   int64_t slot_of(int64_t pos) const override { return pos; }
+  bool ring() const override { return false; }
   void reserve_for(int64_t extra) override;
   int64_t used_slots() const override { return length_; }
 };
@@ -82,9 +102,11 @@ class SlidingKvCache final : public KvCache {
   bool can_rewind_to(int64_t n) const override;
   KvSnapshot snapshot() const override;
   int64_t window() const override { return window_; }
+  bool has_room(int64_t extra) const override { return capacity_ >= window_ + extra; }
 
  protected:
   int64_t slot_of(int64_t pos) const override { return pos % capacity_; }
+  bool ring() const override { return true; }
   void reserve_for(int64_t extra) override;
   int64_t used_slots() const override { return std::min(capacity_, length_); }
 

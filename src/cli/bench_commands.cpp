@@ -31,6 +31,7 @@
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
 #include "models/loader.h"
+#include "models/forward_graphs.h"
 #include "ops/ops.h"
 #include "quant/policy.h"
 #include "quant/quantize.h"
@@ -464,6 +465,13 @@ void print_bandwidth(const Bandwidth& bw) {
               "with prefetch), copy %.1f GB/s (read+write)\n",
               bw.bytes >> 20, bw.read_gbs, bw.matvec_gbs, bw.copy_gbs);
 }
+// The greedy choice from a logits row, taken where the logits are (as the generator does for greedy decoding).
+int32_t best_token(const Tensor& logits) {
+  Tensor values, ids;
+  ops::topk(logits, 1, &values, &ids);
+  return ops::to_host(ids).data<int32_t>()[0];
+}
+
 
 void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
   fs::path target_dir, draft_dir;
@@ -500,7 +508,7 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
   if (dev.is_cpu())
     std::printf("kernels: %s, %d threads\n", cpu::kernels().isa, omp_get_max_threads());
   else
-    std::printf("device: %s\n", backend_for(dev).description().c_str());
+    std::printf("device: %s, graphs %s\n", backend_for(dev).description().c_str(), graphs_enabled(dev) ? "on" : "off (VATIC_GRAPHS=0)");
 
   // Prefill.
   auto prompt = random_tokens(o.prompt, V, 11);
@@ -519,14 +527,14 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
   auto st = lm->new_state();
   ForwardResult r = lm->forward(*st, prompt, 1);
   auto snap = st->snapshot();
-  const int32_t first = argmax(ops::to_vector(r.logits).data(), V);
+  const int32_t first = best_token(r.logits);
   double t_decode = best_of(o.reps, [&] {
     st->restore(snap);
     int32_t tok = first;
     auto t0 = Clock::now();
     for (int i = 0; i < o.tokens; i++) {
       ForwardResult d = lm->forward(*st, {tok}, 1);
-      tok = argmax(ops::to_vector(d.logits).data(), V);
+      tok = best_token(d.logits);
     }
     return seconds_since(t0) / o.tokens;
   });
@@ -540,7 +548,7 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
     Backend& be = backend_for(dev);
     be.set_profiling(true);
     ForwardResult d = lm->forward(*st, {first}, 1);
-    argmax(ops::to_vector(d.logits).data(), V);
+    best_token(d.logits);
     be.set_profiling(false);
     auto prof = be.take_profile();
     std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -576,7 +584,7 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
     json dcfg = json::parse(std::ifstream(dsrc->config));
     const double dbytes = drafter_step_bytes(*dweights, dcfg);
     st->restore(snap);
-    auto choose = [&](const Tensor& logits) { return argmax(ops::to_vector(logits).data(), V); };
+    auto choose = [&](const Tensor& logits) { return best_token(logits); };
     double t_draft1 = best_of(std::max(o.reps, 5), [&] {
       auto t0 = Clock::now();
       drafter->draft(*st, first, r.hidden, 1, choose);
@@ -608,11 +616,11 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
             const int64_t base = st->length();
             std::vector<int32_t> verify = {tok};
             drafter->draft(*st, tok, hidden, K, [&](const Tensor& logits) {
-              verify.push_back(argmax(ops::to_vector(logits).data(), V));
+              verify.push_back(best_token(logits));
               return verify.back();
             });
             ForwardResult vr = lm->forward(*st, verify, K + 1);
-            const int32_t bonus = argmax(ops::to_vector(vr.logits.slice(0, n, n + 1)).data(), V);
+            const int32_t bonus = best_token(vr.logits.slice(0, n, n + 1));
             st->rewind(base + 1 + n);
             hidden = vr.hidden.slice(0, n, n + 1);
             tok = bonus;

@@ -43,6 +43,23 @@ size_t KvState::snapshot_bytes(const std::shared_ptr<const void>& p) const {
   return b;
 }
 
+void KvState::reserve(int64_t T) {
+  for (auto& c : caches)
+    if (c && !c->has_room(T)) c->reserve(T);
+}
+
+void KvState::note_append(int64_t T) {
+  for (auto& c : caches)
+    if (c) c->note_append(T);
+}
+
+uint64_t KvState::layout() const {
+  uint64_t g = 0;
+  for (auto& c : caches)
+    if (c) g += c->generation();
+  return g;
+}
+
 void KvState::restore(const std::shared_ptr<const void>& p) {
   auto& snaps = *static_cast<const Snapshots*>(p.get());
   VATIC_CHECK(snaps.size() == caches.size(), "snapshot of {} layers for a model of {}", snaps.size(), caches.size());

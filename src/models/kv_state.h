@@ -20,6 +20,13 @@ class KvState : public SequenceState {
   size_t snapshot_bytes(const std::shared_ptr<const void>& s) const override;
   void restore(const std::shared_ptr<const void>& s) override;
   KvCache& cache(int layer) const { return *caches.at(static_cast<size_t>(layer)); }
+
+  // For graph replays (see engine/graph_runner.h): room for T more tokens in every cache without moving a buffer
+  // (making it when missing), the host-side bookkeeping of a replayed forward over T tokens, and a value that
+  // changes whenever any cache's buffers move.
+  void reserve(int64_t T);
+  void note_append(int64_t T);
+  uint64_t layout() const;
 };
 
 }  // namespace vatic

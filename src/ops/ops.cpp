@@ -159,6 +159,20 @@ void scatter(const Tensor& values, const Tensor& index, const Tensor& out) {
   backend_of_all("scatter", out, values, index).scatter(contiguous(values), contiguous(index), out);
 }
 
+void kv_write(const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& keys, const Tensor& values,
+              const Tensor& slot_pos, bool ring) {
+  backend_of_all("kv_write", keys, values, slot_pos, k, v, positions)
+      .kv_write(k, v, contiguous(positions), keys, values, slot_pos, ring);
+}
+
+std::unique_ptr<DeviceGraph> record(Device device, const std::function<void()>& work) {
+  return backend_for(device).record(work);
+}
+
+void forget_positions(const Tensor& slot_pos, int64_t n) {
+  backend_for(slot_pos.device()).forget_positions(slot_pos, n);
+}
+
 Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts) {
   Tensor y = empty_like(x, {experts.numel(), w.out_features()});
   backend_of_all("matmul_experts", x, w.weight, w.scales, w.biases, experts)

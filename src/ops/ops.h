@@ -47,6 +47,12 @@ Tensor combine_rows(const Tensor& rows, const Tensor& weights);                 
 void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts);
 Tensor gather_rows(const Tensor& table, const Tensor& ids);  // I32 [ids.numel(), C]
 void scatter(const Tensor& values, const Tensor& index, const Tensor& out);
+// KV cache writes (see Backend::kv_write / forget_positions).
+void kv_write(const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& keys, const Tensor& values,
+              const Tensor& slot_pos, bool ring);
+void forget_positions(const Tensor& slot_pos, int64_t n);
+// Records the work `work` queues on `device` into a graph (see Backend::record); null where there are no graphs.
+std::unique_ptr<DeviceGraph> record(Device device, const std::function<void()>& work);
 // Columns side by side: [T, A] ++ [T, B] -> [T, A+B]
 Tensor concat_cols(const Tensor& a, const Tensor& b);
 

@@ -472,6 +472,73 @@ TEST(DeviceOps, GatherRowsAndScatter) {
   });
 }
 
+TEST(KvOps, CpuKvWriteRingAndForget) {
+  // Two tokens at positions 5 and 6 into a ring of 4 slots: slots 1 and 2.
+  Tensor k = Tensor::from_floats({1, 2, 3, 4}, {2, 1, 2}), v = Tensor::from_floats({5, 6}, {2, 1, 1});
+  Tensor keys = Tensor::from_floats(std::vector<float>(8, 0.0f), {4, 1, 2});
+  Tensor values = Tensor::from_floats(std::vector<float>(4, 0.0f), {4, 1, 1});
+  Tensor slots = Tensor::from_ints({-1, -1, -1, 3}, {4});
+  cpu_backend().kv_write(k, v, Tensor::from_ints({5, 6}, {2}), keys, values, slots, true);
+  EXPECT_EQ(std::vector<float>(keys.data<float>(), keys.data<float>() + 8), (std::vector<float>{0, 0, 1, 2, 3, 4, 0, 0}));
+  EXPECT_EQ(std::vector<float>(values.data<float>(), values.data<float>() + 4), (std::vector<float>{0, 5, 6, 0}));
+  EXPECT_EQ(std::vector<int32_t>(slots.data<int32_t>(), slots.data<int32_t>() + 4), (std::vector<int32_t>{-1, 5, 6, 3}));
+  // Without the ring a position past the last slot is an error.
+  EXPECT_THROW(cpu_backend().kv_write(k, v, Tensor::from_ints({3, 4}, {2}), keys, values, slots, false), Error);
+  cpu_backend().forget_positions(slots, 6);
+  EXPECT_EQ(std::vector<int32_t>(slots.data<int32_t>(), slots.data<int32_t>() + 4), (std::vector<int32_t>{-1, 5, -1, 3}));
+}
+
+TEST(DeviceOps, KvWriteAndForgetPositions) {
+  FOR_EACH_DEVICE([](Device dev) {
+    for (bool ring : {false, true}) {
+      const int64_t C = 37, H = 3, D = 20, Dv = 12, T = 5;
+      // k as a strided view (every other head of a wider tensor), v contiguous.
+      Tensor kwide = random_host({T, 2 * H, D});
+      Tensor k = kwide.slice(1, 0, H), v = random_host({T, H, Dv});
+      std::vector<int32_t> pos = ring ? std::vector<int32_t>{34, 35, 36, 37, 38} : std::vector<int32_t>{3, 4, 5, 6, 7};
+      Tensor positions = Tensor::from_ints(pos, {T});
+      Tensor keys = random_host({C, H, D}), values = random_host({C, H, Dv}), slots = random_host({C}, DType::I32);
+      Tensor dk = on(dev, keys), dv = on(dev, values), ds = on(dev, slots);
+      cpu_backend().kv_write(k, v, positions, keys, values, slots, ring);
+      backend_for(dev).kv_write(on(dev, kwide).slice(1, 0, H), on(dev, v), on(dev, positions), dk, dv, ds, ring);
+      expect_close(dk, keys, 0, "kv_write keys");
+      expect_close(dv, values, 0, "kv_write values");
+      expect_close(ds, slots, 0, "kv_write slots");
+      cpu_backend().forget_positions(slots, 500);
+      backend_for(dev).forget_positions(ds, 500);
+      expect_close(ds, slots, 0, "forget_positions");
+    }
+  });
+}
+
+TEST(DeviceOps, RecordedGraphsReplayWithNewInputs) {
+  FOR_EACH_DEVICE([](Device dev) {
+    Backend& be = backend_for(dev);
+    // y = (x + 1) * 2 recorded once (nothing runs), replayed, then replayed again after x changes in place.
+    Tensor x = on(dev, Tensor::from_floats({1, 2, 3}, {3}));
+    Tensor one = on(dev, Tensor::from_floats({1}, {1}));
+    Tensor y;
+    auto g = be.record([&] { y = ops::scale(ops::add(x, one), 2.0f); });
+    ASSERT_TRUE(g) << "no graphs on " << dev.str();
+    g->replay();
+    expect_close(y, Tensor::from_floats({4, 6, 8}, {3}), 0, "first replay");
+    ops::copy_into(on(dev, Tensor::from_floats({10, 20, 30}, {3})), x);
+    // Work between replays must not reuse the graph's memory.
+    for (int i = 0; i < 8; i++) ops::add(x, x);
+    g->replay();
+    expect_close(y, Tensor::from_floats({22, 42, 62}, {3}), 0, "second replay");
+    // Host copies cannot be recorded: the recording fails cleanly and the device keeps working.
+    EXPECT_THROW(be.record([&] { ops::add(x, on(dev, Tensor::from_floats({1}, {1}))); }), Error);
+    EXPECT_THROW(be.record([&] { ops::to_host(x); }), Error);
+    expect_close(ops::add(x, one), Tensor::from_floats({11, 21, 31}, {3}), 0, "after failed recordings");
+    g.reset();
+  });
+  // The CPU has no graphs: record() says so and runs nothing.
+  bool ran = false;
+  EXPECT_FALSE(cpu_backend().record([&] { ran = true; }));
+  EXPECT_FALSE(ran);
+}
+
 TEST(DeviceOps, OpsRefuseInputsOnDifferentDevices) {
   FOR_EACH_DEVICE([](Device dev) {
     Tensor a = on(dev, random_host({2, 3})), b = random_host({2, 3});

@@ -667,6 +667,32 @@ class CpuBackend final : public Backend {
       }
     }
   }
+
+  void kv_write(const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& keys, const Tensor& values,
+                const Tensor& slot_pos, bool ring) override {
+    const int64_t T = k.dim(0), C = keys.dim(0);
+    VATIC_CHECK(positions.dtype() == DType::I32 && positions.is_contiguous() && positions.numel() == T &&
+                    slot_pos.dtype() == DType::I32 && slot_pos.is_contiguous() && slot_pos.numel() == C &&
+                    values.dim(0) == C && v.dim(0) == T,
+                "kv_write: k {} v {} positions {} into keys {} values {} slots {}", k.describe(), v.describe(),
+                positions.describe(), keys.describe(), values.describe(), slot_pos.describe());
+    for (int64_t t = 0; t < T; t++) {
+      const int32_t p = positions.data<int32_t>()[t];
+      VATIC_CHECK(p >= 0 && (ring || p < C), "kv_write: position {} outside a cache of {} slots", p, C);
+      const int64_t slot = ring ? p % C : p;
+      copy(k.slice(0, t, t + 1), keys.slice(0, slot, slot + 1));
+      copy(v.slice(0, t, t + 1), values.slice(0, slot, slot + 1));
+      slot_pos.data<int32_t>()[slot] = p;
+    }
+  }
+
+  void forget_positions(const Tensor& slot_pos, int64_t n) override {
+    VATIC_CHECK(slot_pos.dtype() == DType::I32 && slot_pos.is_contiguous(), "forget_positions: {}",
+                slot_pos.describe());
+    int32_t* p = slot_pos.data<int32_t>();
+    for (int64_t s = 0; s < slot_pos.numel(); s++)
+      if (p[s] >= n) p[s] = -1;
+  }
 };
 
 }  // namespace

@@ -9,6 +9,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <functional>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -46,6 +47,65 @@ class MemoryPool {
   void* allocate(size_t bytes) {
     const size_t size = round(bytes);
     std::lock_guard<std::mutex> lock(mu_);
+    if (recording_ >= 0) {
+      // A graph being recorded reuses its own freed blocks first; whatever it takes stays its own.
+      auto a = arena_free_.lower_bound(size);
+      if (a != arena_free_.end() && a->first <= size + size / 4) {
+        void* p = a->second;
+        arena_free_.erase(a);
+        return p;
+      }
+      void* p = take_locked(size);
+      owner_[p] = recording_;
+      return p;
+    }
+    return take_locked(size);
+  }
+
+  void release(void* p) {
+    std::lock_guard<std::mutex> lock(mu_);
+    auto o = owner_.find(p);
+    if (o != owner_.end()) {
+      // A graph's block: free for the rest of its recording, then the graph's until the graph goes.
+      if (o->second == recording_) arena_free_.emplace(sizes_.at(p), p);
+      return;
+    }
+    auto it = sizes_.find(p);
+    if (it == sizes_.end()) return;
+    free_.emplace(it->second, p);
+    cached_ += it->second;
+    sizes_.erase(it);
+  }
+
+  // Blocks allocated between begin_arena(id) and end_arena() belong to graph `id` until drop_arena(id).
+  void begin_arena(int id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording_ = id;
+    arena_free_.clear();
+  }
+  void end_arena() {
+    std::lock_guard<std::mutex> lock(mu_);
+    recording_ = -1;
+    arena_free_.clear();
+  }
+  void drop_arena(int id) {
+    std::lock_guard<std::mutex> lock(mu_);
+    for (auto it = owner_.begin(); it != owner_.end();) {
+      if (it->second != id) {
+        ++it;
+        continue;
+      }
+      void* p = it->first;
+      const size_t size = sizes_.at(p);
+      free_.emplace(size, p);
+      cached_ += size;
+      sizes_.erase(p);
+      it = owner_.erase(it);
+    }
+  }
+
+ private:
+  void* take_locked(size_t size) {
     auto it = free_.lower_bound(size);
     if (it != free_.end() && it->first <= size + size / 4) {
       void* p = it->second;
@@ -73,15 +133,7 @@ class MemoryPool {
     return p;
   }
 
-  void release(void* p) {
-    std::lock_guard<std::mutex> lock(mu_);
-    auto it = sizes_.find(p);
-    if (it == sizes_.end()) return;
-    free_.emplace(it->second, p);
-    cached_ += it->second;
-    sizes_.erase(it);
-  }
-
+ public:
   size_t cached() const {
     std::lock_guard<std::mutex> lock(mu_);
     return cached_;
@@ -104,6 +156,9 @@ class MemoryPool {
   mutable std::mutex mu_;
   std::multimap<size_t, void*> free_;
   std::map<void*, size_t> sizes_;
+  std::map<void*, int> owner_;             // blocks that belong to a graph
+  std::multimap<size_t, void*> arena_free_;  // the recording graph's freed blocks
+  int recording_ = -1;
   size_t cached_ = 0, in_use_ = 0;
 };
 
@@ -201,6 +256,7 @@ class CudaBackend final : public Backend {
   }
   void synchronize() override {
     bind();
+    not_recording("wait for the device");
     CUDA_OK(cudaStreamSynchronize(stream_), "synchronize");
     check_flags();
   }
@@ -224,6 +280,7 @@ class CudaBackend final : public Backend {
   Tensor upload(const Tensor& host) override {
     VATIC_CHECK(host.device().is_cpu(), "upload: {} is not a host tensor", host.describe());
     bind();
+    not_recording("copy host memory to the device");
     Tensor src = host;
     if (!src.is_contiguous()) {
       src = cpu_backend().empty(host.shape(), host.dtype());
@@ -256,6 +313,7 @@ class CudaBackend final : public Backend {
 
   Tensor download(const Tensor& t) override {
     bind();
+    not_recording("copy device memory to the host");
     Tensor src = t;
     if (!src.is_contiguous()) {
       src = empty(t.shape(), t.dtype());
@@ -536,7 +594,97 @@ class CudaBackend final : public Backend {
     check_launch("route");
   }
 
+  void kv_write(const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& keys, const Tensor& values,
+                const Tensor& slot_pos, bool ring) override {
+    Timed timed_(*this, "kv_write");
+    const int64_t T = k.dim(0), H = k.dim(1), D = k.dim(2), Dv = v.dim(2), C = keys.dim(0);
+    VATIC_CHECK(k.ndim() == 3 && v.ndim() == 3 && v.dim(0) == T && v.dim(1) == H && keys.dim(1) == H &&
+                    keys.dim(2) == D && values.dim(0) == C && values.dim(1) == H && values.dim(2) == Dv &&
+                    k.dtype() == DType::F32 && v.dtype() == DType::F32 && keys.dtype() == DType::F32 &&
+                    values.dtype() == DType::F32 && k.stride(2) == 1 && (Dv == 0 || v.stride(2) == 1) &&
+                    keys.is_contiguous() && values.is_contiguous() && positions.dtype() == DType::I32 &&
+                    positions.is_contiguous() && positions.numel() == T && slot_pos.dtype() == DType::I32 &&
+                    slot_pos.is_contiguous() && slot_pos.numel() == C,
+                "kv_write: k {} v {} positions {} into keys {} values {} slots {}", k.describe(), v.describe(),
+                positions.describe(), keys.describe(), values.describe(), slot_pos.describe());
+    bind();
+    cuda::KvWriteArgs a{k.data<float>(), k.stride(0), k.stride(1), v.data<float>(), v.stride(0), v.stride(1),
+                        positions.data<int32_t>(), T, H, D, Dv, C, ring, keys.data<float>(), values.data<float>(),
+                        slot_pos.data<int32_t>(), flag_dev_};
+    cuda::kv_write(a, stream_);
+    check_launch("kv_write");
+  }
+
+  void forget_positions(const Tensor& slot_pos, int64_t n) override {
+    Timed timed_(*this, "forget_positions");
+    VATIC_CHECK(slot_pos.dtype() == DType::I32 && slot_pos.is_contiguous(), "forget_positions: {}",
+                slot_pos.describe());
+    bind();
+    cuda::forget_positions(slot_pos.data<int32_t>(), slot_pos.numel(), n, stream_);
+    check_launch("forget_positions");
+  }
+
+  std::unique_ptr<DeviceGraph> record(const std::function<void()>& work) override {
+    bind();
+    if (profiling_ || recording_) return nullptr;
+    const int id = next_graph_++;
+    pool_.begin_arena(id);
+    recording_ = true;
+    cudaGraph_t graph = nullptr;
+    cudaError_t e = cudaStreamBeginCapture(stream_, cudaStreamCaptureModeRelaxed);
+    if (e != cudaSuccess) {
+      recording_ = false;
+      pool_.end_arena();
+      pool_.drop_arena(id);
+      cuda_fail(e, "cudaStreamBeginCapture");
+    }
+    auto stop = [&] {
+      e = cudaStreamEndCapture(stream_, &graph);
+      recording_ = false;
+      pool_.end_arena();
+    };
+    try {
+      work();
+    } catch (...) {
+      stop();
+      if (graph) cudaGraphDestroy(graph);
+      cudaGetLastError();
+      pool_.drop_arena(id);
+      throw;
+    }
+    stop();
+    auto g = std::make_unique<CudaGraph>(*this, id);
+    if (e != cudaSuccess) cuda_fail(e, "cudaStreamEndCapture");
+    e = cudaGraphInstantiate(&g->exec_, graph, 0);
+    cudaGraphDestroy(graph);
+    if (e != cudaSuccess) cuda_fail(e, "cudaGraphInstantiate");
+    return g;
+  }
+
  private:
+  class CudaGraph final : public DeviceGraph {
+   public:
+    CudaGraph(CudaBackend& b, int id) : b_(b), id_(id) {}
+    ~CudaGraph() override {
+      b_.bind();
+      cudaStreamSynchronize(b_.stream_);  // a replay may still be running
+      if (exec_) cudaGraphExecDestroy(exec_);
+      b_.pool_.drop_arena(id_);
+    }
+    void replay() override {
+      b_.bind();
+      b_.not_recording("replay a graph");
+      CUDA_OK(cudaGraphLaunch(exec_, b_.stream_), "cudaGraphLaunch");
+    }
+    CudaBackend& b_;
+    int id_;
+    cudaGraphExec_t exec_ = nullptr;
+  };
+
+  void not_recording(const char* what) const {
+    if (recording_) throw Error(fmt::format("cannot {} while recording a graph", what));
+  }
+
   // Times one operation while profiling is on (waits for the device on both sides).
   struct Timed {
     Timed(CudaBackend& b, const char* name) : b_(b), name_(name) {
@@ -598,6 +746,8 @@ class CudaBackend final : public Backend {
   int* flag_host_ = nullptr;
   int* flag_dev_ = nullptr;
   bool profiling_ = false;
+  bool recording_ = false;
+  int next_graph_ = 0;
   std::map<std::string, double> profile_;
   static thread_local int bound_;
 };

@@ -589,6 +589,34 @@ __global__ void scatter_kernel(const float* values, const int32_t* index, int64_
   }
 }
 
+__global__ void kv_write_kernel(KvWriteArgs a) {
+  const int64_t t = blockIdx.x / a.H, h = blockIdx.x % a.H;
+  const int32_t p = a.positions[t];
+  if (p < 0 || (!a.ring && p >= a.C)) {
+    if (threadIdx.x == 0) {
+      a.bad[1] = p;
+      atomicExch(a.bad, 1);
+    }
+    return;
+  }
+  const int64_t slot = a.ring ? p % a.C : p;
+  const float* k = a.k + t * a.skT + h * a.skH;
+  float* kd = a.keys + (slot * a.H + h) * a.D;
+  for (int64_t d = threadIdx.x; d < a.D; d += blockDim.x) kd[d] = k[d];
+  if (a.Dv > 0) {
+    const float* v = a.v + t * a.svT + h * a.svH;
+    float* vd = a.values + (slot * a.H + h) * a.Dv;
+    for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) vd[d] = v[d];
+  }
+  if (h == 0 && threadIdx.x == 0) a.slot_pos[slot] = p;
+}
+
+__global__ void forget_positions_kernel(int32_t* slot_pos, int64_t C, int64_t n) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < C;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (slot_pos[i] >= n) slot_pos[i] = -1;
+}
+
 __global__ void combine_rows_kernel(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D,
                                     float* out) {
   const int64_t total = T * D;
@@ -805,6 +833,15 @@ void route(const RouteArgs& a, cudaStream_t s) {
   if (a.T == 0) return;
   const size_t smem = sizeof(float) * (2 * a.E + a.groups);
   route_kernel<<<static_cast<unsigned>(a.T), kThreads, smem, s>>>(a);
+}
+
+void kv_write(const KvWriteArgs& a, cudaStream_t s) {
+  if (a.T * a.H == 0) return;
+  kv_write_kernel<<<static_cast<unsigned>(a.T * a.H), 128, 0, s>>>(a);
+}
+void forget_positions(int32_t* slot_pos, int64_t C, int64_t n, cudaStream_t s) {
+  if (C == 0) return;
+  forget_positions_kernel<<<blocks_for(C), kThreads, 0, s>>>(slot_pos, C, n);
 }
 
 }  // namespace vatic::cuda

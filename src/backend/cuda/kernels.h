@@ -113,4 +113,23 @@ struct RouteArgs {
 void route(const RouteArgs& a, cudaStream_t s);
 constexpr int kMaxRouteExperts = 4096;
 
+// KV cache write: row t of k [T, H, D] / v [T, H, Dv] (rows of D / Dv contiguous) goes to slot positions[t]
+// (modulo C when ring) of keys [C, H, D] / values [C, H, Dv] (contiguous), and slot_pos[slot] = positions[t].
+// A position outside the cache is skipped and reported through bad.
+struct KvWriteArgs {
+  const float* k;
+  int64_t skT, skH;
+  const float* v;
+  int64_t svT, svH;
+  const int32_t* positions;
+  int64_t T, H, D, Dv, C;
+  bool ring;
+  float* keys;
+  float* values;
+  int32_t* slot_pos;
+  int* bad;
+};
+void kv_write(const KvWriteArgs& a, cudaStream_t s);
+void forget_positions(int32_t* slot_pos, int64_t C, int64_t n, cudaStream_t s);
+
 }  // namespace vatic::cuda

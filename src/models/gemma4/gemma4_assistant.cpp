@@ -1,6 +1,8 @@
 #include "models/gemma4/gemma4_assistant.h"
 
 #include <cmath>
+#include <cstdio>
+#include <tuple>
 #include <limits>
 
 #include "models/weights.h"
@@ -38,6 +40,7 @@ Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig conf
     }
     token_groups_ = ops::ids(order, ts.device()).reshape({cfg_.num_centroids, V / cfg_.num_centroids});
   }
+  graphs_ = graphs_enabled(ts.device());
   layers_.resize(tc.num_layers);
   for (int i = 0; i < tc.num_layers; i++) {
     const auto& lc = tc.layer(i);
@@ -75,40 +78,81 @@ Tensor Gemma4Assistant::head(const Tensor& y) {
   return logits;
 }
 
+std::pair<Tensor, Tensor> Gemma4Assistant::step(KvState& st, const Tensor& token, const Tensor& positions,
+                                                const Tensor& h) {
+  const auto& tc = cfg_.text;
+  const float eps = static_cast<float>(tc.rms_norm_eps);
+  Tensor e = target_.embed(token);
+  Tensor x = ops::matmul(ops::concat_cols(e, h), pre_projection_);
+  for (int i = 0; i < tc.num_layers; i++) {
+    const auto& lc = tc.layer(i);
+    const auto& l = layers_[i];
+    Tensor q = Gemma4Model::attention_queries(l, ops::rms_norm(x, l.input_ln, eps), tc.num_attention_heads,
+                                              lc.head_dim, positions, eps);
+    KvCache& kv = st.cache(donors_[i]);
+    AttentionParams ap;
+    // Sliding layers see the W+1 most recent target keys, p-W-1 .. p-1 (the query sits at p, whose key does not
+    // exist yet). This is what transformers' assistant forward does and what the reference rounds record; the
+    // architecture notes suggest W keys, and the fixtures disagree with that past the window.
+    ap.window = lc.is_sliding ? target_.config().sliding_window + 2 : 0;
+    Tensor o = ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap);
+    x = ops::add(x, ops::rms_norm(ops::matmul(o.reshape({1, -1}), l.o), l.post_attn_ln, eps));
+    x = ops::add(x, ops::rms_norm(Gemma4Model::mlp(l, ops::rms_norm(x, l.pre_ff_ln, eps)), l.post_ff_ln, eps));
+    x = ops::scale(x, l.layer_scalar);
+  }
+  Tensor y = ops::rms_norm(x, final_norm_, eps);
+  return {head(y), ops::matmul(y, post_projection_)};
+}
+
 std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,
                                            int steps, const std::function<int32_t(const Tensor& logits)>& choose) {
   auto& st = static_cast<KvState&>(target_state);
-  const auto& tc = cfg_.text;
-  const float eps = static_cast<float>(tc.rms_norm_eps);
-  const int64_t p = st.length();  // the position of last_token: every step queries here
+  const int32_t p = static_cast<int32_t>(st.length());  // the position of last_token: every step queries here
   const Device dev = target_.device();
-  Tensor positions = ops::ids({static_cast<int32_t>(p)}, dev);
   Tensor h = last_hidden.reshape({1, cfg_.backbone_hidden_size});
   int32_t t = last_token;
   std::vector<Tensor> out;
-  for (int step = 0; step < steps; step++) {
-    Tensor e = target_.embed(ops::ids({t}, dev));
-    Tensor x = ops::matmul(ops::concat_cols(e, h), pre_projection_);
-    for (int i = 0; i < tc.num_layers; i++) {
-      const auto& lc = tc.layer(i);
-      const auto& l = layers_[i];
-      Tensor q = Gemma4Model::attention_queries(l, ops::rms_norm(x, l.input_ln, eps), tc.num_attention_heads,
-                                                lc.head_dim, positions, eps);
-      KvCache& kv = st.cache(donors_[i]);
-      AttentionParams ap;
-      // Sliding layers see the W+1 most recent target keys, p-W-1 .. p-1 (the query sits at p, whose key does not
-      // exist yet). This is what transformers' assistant forward does and what the reference rounds record; the
-      // architecture notes suggest W keys, and the fixtures disagree with that past the window.
-      ap.window = lc.is_sliding ? target_.config().sliding_window + 2 : 0;
-      Tensor o = ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap);
-      x = ops::add(x, ops::rms_norm(ops::matmul(o.reshape({1, -1}), l.o), l.post_attn_ln, eps));
-      x = ops::add(x, ops::rms_norm(Gemma4Model::mlp(l, ops::rms_norm(x, l.pre_ff_ln, eps)), l.post_ff_ln, eps));
-      x = ops::scale(x, l.layer_scalar);
+  if (graphs_ && steps > 0) {
+    // The steps replay one recorded graph: it reads the target's caches in place, so it is recorded again when
+    // their buffers move.
+    StepGraph& g = graph_;
+    if (!g.graph || g.state != &st || g.layout != st.layout()) {
+      g = StepGraph{};
+      g.token = backend_for(dev).empty({1}, DType::I32);
+      g.position = backend_for(dev).empty({1}, DType::I32);
+      g.h = backend_for(dev).empty({1, cfg_.backbone_hidden_size}, DType::F32);
+      try {
+        g.graph = ops::record(dev, [&] { std::tie(g.logits, g.h_next) = step(st, g.token, g.position, g.h); });
+      } catch (const DeviceError&) {
+        throw;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "vatic: device graphs are off for the drafter: %s\n", e.what());
+        graphs_ = false;
+        g = StepGraph{};
+      }
+      g.state = &st;
+      g.layout = st.layout();
     }
-    Tensor y = ops::rms_norm(x, final_norm_, eps);
-    Tensor logits = head(y);
+    if (g.graph) {
+      ops::copy_into(ops::ids({p}, dev), g.position);
+      ops::copy_into(h, g.h);
+      for (int s = 0; s < steps; s++) {
+        ops::copy_into(ops::ids({t}, dev), g.token);
+        g.graph->replay();
+        Tensor logits = ops::empty_like(g.logits, g.logits.shape());
+        ops::copy_into(g.logits, logits);
+        out.push_back(logits);
+        if (s + 1 < steps) ops::copy_into(g.h_next, g.h);
+        t = choose(logits);
+      }
+      return out;
+    }
+  }
+  Tensor positions = ops::ids({p}, dev);
+  for (int s = 0; s < steps; s++) {
+    auto [logits, h_next] = step(st, ops::ids({t}, dev), positions, h);
     out.push_back(logits);
-    h = ops::matmul(y, post_projection_);
+    h = h_next;
     t = choose(logits);
   }
   return out;

@@ -21,6 +21,19 @@ class Gemma4Assistant final : public Drafter {
 
  private:
   Tensor head(const Tensor& y);  // [1, V] logits (centroid-masked entries are -inf)
+  // One draft step: token [1] and position [1] (I32), h [1, BH] -> logits [1, V] and the next step's h.
+  std::pair<Tensor, Tensor> step(KvState& st, const Tensor& token, const Tensor& position, const Tensor& h);
+
+  // The step recorded as a device graph for one layout of the target's caches (see models/forward_graphs.h).
+  struct StepGraph {
+    std::unique_ptr<DeviceGraph> graph;
+    const KvState* state = nullptr;
+    uint64_t layout = 0;
+    Tensor token, position, h;  // inputs, refilled before each replay
+    Tensor logits, h_next;      // outputs, overwritten by each replay
+  };
+  StepGraph graph_;
+  bool graphs_ = false;
 
   Gemma4Model& target_;
   Gemma4AssistantConfig cfg_;

@@ -109,6 +109,7 @@ Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const Weights>
   }
   info_.kv_bytes_per_token = per_token;
   info_.quantization = ts.has(cfg_.layer_prefix(0) + "self_attn.q_proj.scales") ? "quantized" : "bf16";
+  graphs_ = std::make_unique<ForwardGraphs>(device());
 }
 
 std::unique_ptr<SequenceState> Gemma4Model::new_state() const {
@@ -153,7 +154,7 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
     Tensor k = ops::rms_norm(kraw, l.k_norm, eps);
     ops::rope_inplace(k, positions, l.inv_freq, false);
     Tensor v = ops::rms_norm(vraw, Tensor(), eps);
-    st.cache(i).append(k, v);
+    st.cache(i).append(k, v, positions);
   }
   KvCache& kv = st.cache(lc.kv_donor);
   AttentionParams ap;
@@ -197,16 +198,22 @@ Tensor Gemma4Model::per_layer_inputs(const Tensor& ids, const Tensor& x0) {
 
 ForwardResult Gemma4Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
                                    bool all_hidden) {
-  auto& st = static_cast<KvState&>(state);
   const int64_t T = static_cast<int64_t>(tokens.size());
   VATIC_CHECK(T > 0, "forward over no tokens");
   VATIC_CHECK(n_out >= 0 && n_out <= T, "forward: {} outputs requested from {} tokens", n_out, T);
-  const int64_t p0 = st.length();
+  return graphs_->run(static_cast<KvState&>(state), tokens, n_out, all_hidden,
+                      [this](KvState& st, const std::vector<int32_t>& t, int64_t n, bool all) {
+                        return forward_eager(st, t, n, all);
+                      });
+}
+
+ForwardResult Gemma4Model::forward_eager(KvState& st, const std::vector<int32_t>& tokens, int64_t n_out,
+                                         bool all_hidden) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  Tensor ids = ops::ids(tokens, device());
-  std::vector<int32_t> pos(T);
-  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(p0));
-  Tensor positions = ops::ids(pos, device());
+  const StepInputs in = step_inputs(tokens, st.length(), device());
+  const Tensor& ids = in.ids;
+  const Tensor& positions = in.positions;
 
   Tensor x = embed(ids);
   Tensor ple;

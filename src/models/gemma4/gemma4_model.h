@@ -6,6 +6,7 @@
 
 #include "backend/linear.h"
 #include "formats/model_config.h"
+#include "models/forward_graphs.h"
 #include "models/weights.h"
 #include "models/kv_state.h"
 #include "models/model.h"
@@ -52,6 +53,7 @@ class Gemma4Model final : public LanguageModel {
                                 int64_t heads, int64_t hidden);
 
  private:
+  ForwardResult forward_eager(KvState& st, const std::vector<int32_t>& tokens, int64_t n_out, bool all_hidden);
   Tensor attention_block(int i, const Tensor& a, const Tensor& positions, KvState& st);
   Tensor moe_block(const Gemma4Layer& l, const Tensor& r);
   Tensor per_layer_inputs(const Tensor& ids, const Tensor& x0);  // [T, L, P]
@@ -66,6 +68,7 @@ class Gemma4Model final : public LanguageModel {
   Tensor ple_norm_;
   Linear ple_model_proj_;
   std::vector<Gemma4Layer> layers_;
+  std::unique_ptr<ForwardGraphs> graphs_;
 };
 
 }  // namespace vatic

@@ -66,8 +66,8 @@ class Backend {
   virtual void synchronize() {}
   // Binds the calling thread to this device (the compute thread calls it once before any work).
   virtual void bind_thread() {}
-  // Per-operation timing for `vatic bench`: while on, each operation waits for the device before and after itself
-  // and adds its wall time to a table by name (which slows everything down). take_profile() returns and clears it.
+  // Per-operation timing for `vatic bench`: while on, each operation's device time is added to a table by name
+  // ("name ×count"); take_profile() waits for the device, returns the table and clears it.
   virtual void set_profiling(bool on) {}
   virtual std::vector<std::pair<std::string, double>> take_profile() { return {}; }
 

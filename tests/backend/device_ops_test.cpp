@@ -181,6 +181,32 @@ TEST(DeviceOps, DenseMatmul) {
   });
 }
 
+// The decode GEMV's fast path takes aligned, contiguous rows: bf16 and 4/8-bit weights over row counts that pick
+// each of its layouts (2 or 4 rows per warp, K split over 1, 2 or 4 warps) and every input-row count up to 8.
+TEST(DeviceOps, DecodeMatmulLayouts) {
+  FOR_EACH_DEVICE([](Device dev) {
+    struct Size {
+      int64_t N, K;
+    };
+    for (Size s : {Size{1, 64}, Size{7, 1536}, Size{130, 256}, Size{1537, 6144}, Size{4101, 512}, Size{20000, 128}})
+      for (int bits : {0, 8, 4}) {
+        Linear w = bits ? random_quantized(0, s.N, s.K, bits, 64) : dense(random_host({s.N, s.K}, DType::BF16, 0.1f));
+        Linear dw = on(dev, w);
+        for (int64_t T : {1, 2, 3, 5, 8}) {
+          SCOPED_TRACE(fmt::format("bits {} T={} N={} K={}", bits, T, s.N, s.K));
+          Tensor x = random_host({T, s.K});
+          for (bool acc : {false, true}) {
+            Tensor want = random_host({T, s.N});
+            Tensor got = on(dev, want);
+            cpu_backend().matmul(x, w, want, acc);
+            backend_for(dev).matmul(on(dev, x), dw, got, acc);
+            expect_close(got, want, 2e-5, acc ? "accumulate" : "overwrite");
+          }
+        }
+      }
+  });
+}
+
 TEST(DeviceOps, QuantizedMatmulAndEmbedding) {
   FOR_EACH_DEVICE([](Device dev) {
     for (int bits : {8, 4})
@@ -289,7 +315,10 @@ TEST(DeviceOps, Attention) {
     for (Case c : {Case{1, 1, 1, 1, 16, 16, 0, 0, false}, Case{1, 70, 8, 1, 256, 256, 0, 0, false},
                    Case{4, 19, 4, 2, 33, 17, 0, 0, false}, Case{5, 40, 8, 2, 512, 512, 8, 0, false},
                    Case{3, 30, 6, 3, 48, 48, 0, 4, false}, Case{2, 50, 20, 1, 576, 512, 0, 0, true},
-                   Case{7, 300, 4, 1, 64, 64, 33, 5, false}}) {
+                   Case{7, 300, 4, 1, 64, 64, 33, 5, false},
+                   // Long contexts with few queries: the keys are split over blocks (some splits see no key).
+                   Case{1, 4000, 8, 1, 256, 256, 0, 3, false}, Case{1, 1000, 8, 1, 512, 512, 512, 0, false},
+                   Case{1, 2000, 20, 1, 576, 512, 0, 0, true}, Case{1, 3000, 2, 1, 64, 64, 10, 0, false}}) {
       SCOPED_TRACE(fmt::format("T={} S={} Hq={} Hkv={} D={} Dv={} window={}", c.T, c.S, c.Hq, c.Hkv, c.D, c.Dv,
                                c.window));
       Tensor qbuf = random_host({c.T, c.Hq, c.D + 2});

@@ -262,8 +262,21 @@ class CudaBackend final : public Backend {
   }
   void set_profiling(bool on) override { profiling_ = on; }
   std::vector<std::pair<std::string, double>> take_profile() override {
-    std::vector<std::pair<std::string, double>> r(profile_.begin(), profile_.end());
-    profile_.clear();
+    bind();
+    CUDA_OK(cudaStreamSynchronize(stream_), "profile");
+    std::map<std::string, std::pair<double, int>> by_name;
+    for (const Timing& t : timings_) {
+      float ms = 0;
+      CUDA_OK(cudaEventElapsedTime(&ms, t.start, t.stop), "profile");
+      auto& e = by_name[t.name];
+      e.first += ms * 1e-3;
+      e.second++;
+      events_.push_back(t.start);
+      events_.push_back(t.stop);
+    }
+    timings_.clear();
+    std::vector<std::pair<std::string, double>> r;
+    for (const auto& [name, v] : by_name) r.push_back({fmt::format("{} ×{}", name, v.second), v.first});
     return r;
   }
   void bind_thread() override {
@@ -462,7 +475,10 @@ class CudaBackend final : public Backend {
                           v.data<float>(), Dv, v.stride(0), v.stride(1),
                           q_pos.data<int32_t>(), k_pos.data<int32_t>(), p.scale, p.window,
                           out.data<float>(), out.stride(0), out.stride(1)};
-    cuda::attention(a, stream_);
+    const size_t scratch_floats = cuda::attention_scratch_floats(a);
+    Tensor scratch;
+    if (scratch_floats) scratch = empty({static_cast<int64_t>(scratch_floats)}, DType::F32);
+    cuda::attention(a, scratch_floats ? scratch.data<float>() : nullptr, stream_);
     check_launch("attention");
   }
 
@@ -685,22 +701,38 @@ class CudaBackend final : public Backend {
     if (recording_) throw Error(fmt::format("cannot {} while recording a graph", what));
   }
 
-  // Times one operation while profiling is on (waits for the device on both sides).
+  // Times one operation while profiling is on: events around it on the stream, read when the profile is taken, so
+  // the times are the device's and the work is queued as without profiling.
   struct Timed {
     Timed(CudaBackend& b, const char* name) : b_(b), name_(name) {
-      if (!b_.profiling_) return;
-      cudaStreamSynchronize(b_.stream_);
-      t0_ = std::chrono::steady_clock::now();
+      if (!b_.profiling_ || b_.recording_) return;
+      start_ = b_.event();
+      cudaEventRecord(start_, b_.stream_);
     }
     ~Timed() {
-      if (!b_.profiling_) return;
-      cudaStreamSynchronize(b_.stream_);
-      b_.profile_[name_] += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+      if (!start_) return;
+      cudaEvent_t stop = b_.event();
+      cudaEventRecord(stop, b_.stream_);
+      b_.timings_.push_back({name_, start_, stop});
     }
     CudaBackend& b_;
     const char* name_;
-    std::chrono::steady_clock::time_point t0_;
+    cudaEvent_t start_ = nullptr;
   };
+  struct Timing {
+    const char* name;
+    cudaEvent_t start, stop;
+  };
+  cudaEvent_t event() {
+    if (events_.empty()) {
+      cudaEvent_t e;
+      CUDA_OK(cudaEventCreate(&e), "cudaEventCreate");
+      return e;
+    }
+    cudaEvent_t e = events_.back();
+    events_.pop_back();
+    return e;
+  }
 
   static constexpr size_t kStagingBytes = size_t(32) << 20;
   static constexpr size_t kDirectUploadBytes = size_t(1) << 20;
@@ -748,7 +780,8 @@ class CudaBackend final : public Backend {
   bool profiling_ = false;
   bool recording_ = false;
   int next_graph_ = 0;
-  std::map<std::string, double> profile_;
+  std::vector<Timing> timings_;
+  std::vector<cudaEvent_t> events_;
   static thread_local int bound_;
 };
 

@@ -307,6 +307,133 @@ __global__ void gemv_kernel(const float* x, int64_t ldx, int T, Weight w, int64_
   }
 }
 
+// Weights are read once: stream them past L1 so that the activations stay there.
+__device__ __forceinline__ uint4 load_stream(const uint4* p) {
+  uint4 r;
+  asm volatile("ld.global.nc.L1::no_allocate.v4.u32 {%0,%1,%2,%3}, [%4];"
+               : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
+               : "l"(p));
+  return r;
+}
+
+// The decode GEMV: each warp computes R consecutive output rows for up to TT input rows, reading 16-byte chunks of
+// each weight row (8 bf16 values, or 4 words of 4/8-bit codes from one quantization group) so that every x value
+// loaded serves R rows. `parts` warps of a block (1, 2 or 4) split K when there are too few rows to fill the GPU.
+template <int TT, int R>
+__global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restrict__ x, int64_t ldx, int T, Weight w,
+                                                          int64_t N, int64_t K, float* y, int64_t ldy, bool accumulate,
+                                                          int parts) {
+  __shared__ float partial[4][R][TT];
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int group_warps = 4 / parts;
+  const int part = warp % parts;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * group_warps + warp / parts) * R;
+  const int vals = w.bits ? 128 / w.bits : 8;  // inputs per 16-byte chunk
+  const int64_t chunks = K / vals;
+  const uint4* rowp[R];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+    rowp[r] = n0 + r < N ? static_cast<const uint4*>(weight_row(w, 0, n0 + r)) : nullptr;
+  float acc[R][TT];
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int t = 0; t < TT; t++) acc[r][t] = 0.0f;
+  for (int64_t c = lane + 32 * part; c < chunks; c += 32 * parts) {
+    uint4 q[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) q[r] = rowp[r] ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
+    if (!w.bits) {
+#pragma unroll
+      for (int t = 0; t < TT; t++) {
+        if (t >= T) break;
+        const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * 8);
+        const float4 a = xp[0], b = xp[1];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          const uint32_t u[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
+          acc[r][t] += a.x * __uint_as_float(u[0] << 16) + a.y * __uint_as_float(u[0] & 0xffff0000u) +
+                       a.z * __uint_as_float(u[1] << 16) + a.w * __uint_as_float(u[1] & 0xffff0000u) +
+                       b.x * __uint_as_float(u[2] << 16) + b.y * __uint_as_float(u[2] & 0xffff0000u) +
+                       b.z * __uint_as_float(u[3] << 16) + b.w * __uint_as_float(u[3] & 0xffff0000u);
+        }
+      }
+      continue;
+    }
+    // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x.
+    const int64_t g = c * vals / w.group;
+    float sc[R], bi[R];
+#pragma unroll
+    for (int r = 0; r < R; r++) {
+      sc[r] = rowp[r] ? load(w.scale_type, scale_row(w, w.scales, 0, n0 + r), g) : 0.0f;
+      bi[r] = rowp[r] ? load(w.scale_type, scale_row(w, w.biases, 0, n0 + r), g) : 0.0f;
+    }
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+      if (t >= T) break;
+      const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * vals);
+      float sx = 0.0f, dq[R];
+#pragma unroll
+      for (int r = 0; r < R; r++) dq[r] = 0.0f;
+      if (w.bits == 4) {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {  // word j: inputs 8j .. 8j+7
+          const float4 a = xp[2 * j], b = xp[2 * j + 1];
+          const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+#pragma unroll
+          for (int i = 0; i < 8; i++) sx += xv[i];
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
+#pragma unroll
+            for (int i = 0; i < 8; i++) dq[r] += xv[i] * static_cast<float>((word >> (4 * i)) & 15u);
+          }
+        }
+      } else {
+#pragma unroll
+        for (int j = 0; j < 4; j++) {  // word j: inputs 4j .. 4j+3
+          const float4 a = xp[j];
+          const float xv[4] = {a.x, a.y, a.z, a.w};
+#pragma unroll
+          for (int i = 0; i < 4; i++) sx += xv[i];
+#pragma unroll
+          for (int r = 0; r < R; r++) {
+            const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
+#pragma unroll
+            for (int i = 0; i < 4; i++) dq[r] += xv[i] * static_cast<float>((word >> (8 * i)) & 255u);
+          }
+        }
+      }
+#pragma unroll
+      for (int r = 0; r < R; r++) acc[r][t] += sc[r] * dq[r] + bi[r] * sx;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < R; r++)
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+      if (t >= T) break;
+      const float v = warp_sum(acc[r][t]);
+      if (parts == 1) {
+        const int64_t n = n0 + r;
+        if (lane == 0 && n < N) y[t * ldy + n] = accumulate ? y[t * ldy + n] + v : v;
+      } else if (lane == 0) {
+        partial[warp][r][t] = v;
+      }
+    }
+  if (parts == 1) return;
+  __syncthreads();
+  if (part == 0 && lane < R * TT) {
+    const int r = lane / TT, t = lane % TT;
+    const int64_t n = n0 + r;
+    if (t < T && n < N) {
+      float v = 0.0f;
+      for (int p = 0; p < parts; p++) v += partial[warp + p][r][t];
+      y[t * ldy + n] = accumulate ? y[t * ldy + n] + v : v;
+    }
+  }
+}
+
 __global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, const int32_t* experts, Weight w,
                                     int64_t N, int64_t K, float* y, int64_t ldy) {
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
@@ -405,7 +532,9 @@ constexpr int kAccPerLane = kMaxAttentionDv / 32;
 
 // One block per (query, head): each of 16 warps streams its share of the keys with an online softmax, then the
 // warps merge.
-__global__ void attention_kernel(AttentionArgs a) {
+// With gridDim.y > 1 (splits of the keys, for few queries over many keys), each block handles one split and leaves
+// (max, denominator, numerators) in `partial` for attention_combine_kernel.
+__global__ void attention_kernel(AttentionArgs a, float* partial) {
   extern __shared__ float smem[];
   float* qs = smem;                          // [D]
   float* accs = qs + a.D;                    // [warps][Dv]
@@ -422,7 +551,9 @@ __global__ void attention_kernel(AttentionArgs a) {
   float acc[kAccPerLane];
 #pragma unroll
   for (int j = 0; j < kAccPerLane; j++) acc[j] = 0.0f;
-  for (int64_t s = warp; s < a.S; s += kAttnWarps) {
+  const int64_t per_split = (a.S + gridDim.y - 1) / gridDim.y;
+  const int64_t s_end = min(a.S, (blockIdx.y + 1) * per_split);
+  for (int64_t s = blockIdx.y * per_split + warp; s < s_end; s += kAttnWarps) {
     const int32_t pk = a.k_pos[s];
     const bool visible = pk >= 0 && pk <= pq && (a.window <= 0 || pq - pk < a.window);
     if (!visible) continue;
@@ -453,6 +584,24 @@ __global__ void attention_kernel(AttentionArgs a) {
   __syncthreads();
   float M = -INFINITY;
   for (int w = 0; w < kAttnWarps; w++) M = fmaxf(M, ms[w]);
+  if (gridDim.y > 1) {
+    float* part = partial + (static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y) * (a.Dv + 2);
+    for (int64_t d = threadIdx.x; d < a.Dv + 1; d += blockDim.x) {
+      float num = 0.0f, den = 0.0f;
+      for (int w = 0; w < kAttnWarps && M != -INFINITY; w++) {
+        if (ms[w] == -INFINITY) continue;
+        const float c = expf(ms[w] - M);
+        if (d < a.Dv) num += c * accs[w * a.Dv + d];
+        den += c * ls[w];
+      }
+      if (d < a.Dv)
+        part[2 + d] = num;
+      else
+        part[1] = den;
+    }
+    if (threadIdx.x == 0) part[0] = M;
+    return;
+  }
   float* o = a.out + t * a.soT + h * a.soH;
   for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
     if (M == -INFINITY) {
@@ -465,6 +614,31 @@ __global__ void attention_kernel(AttentionArgs a) {
       const float c = expf(ms[w] - M);
       num += c * accs[w * a.Dv + d];
       den += c * ls[w];
+    }
+    o[d] = num / den;
+  }
+}
+
+__global__ void attention_combine_kernel(AttentionArgs a, const float* partial, int splits) {
+  const int64_t t = blockIdx.x / a.Hq, h = blockIdx.x % a.Hq;
+  const float* part = partial + static_cast<int64_t>(blockIdx.x) * splits * (a.Dv + 2);
+  float M = -INFINITY;
+  for (int i = 0; i < splits; i++) M = fmaxf(M, part[i * (a.Dv + 2)]);
+  float den = 0.0f;
+  for (int i = 0; i < splits; i++) {
+    const float m = part[i * (a.Dv + 2)];
+    if (m != -INFINITY) den += expf(m - M) * part[i * (a.Dv + 2) + 1];
+  }
+  float* o = a.out + t * a.soT + h * a.soH;
+  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+    if (M == -INFINITY) {
+      o[d] = 0.0f;
+      continue;
+    }
+    float num = 0.0f;
+    for (int i = 0; i < splits; i++) {
+      const float m = part[i * (a.Dv + 2)];
+      if (m != -INFINITY) num += expf(m - M) * part[i * (a.Dv + 2) + 2 + d];
     }
     o[d] = num / den;
   }
@@ -729,8 +903,49 @@ void fill(const View& dst, float value, cudaStream_t s) {
   fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, value, n);
 }
 
+template <int TT, int R>
+void launch_gemv_chunks(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y,
+                        int64_t ldy, bool accumulate, cudaStream_t s) {
+  // Enough warps to keep the memory system busy: split K over 2 or 4 warps when the rows alone give too few, as
+  // long as each warp still reads a few chunks.
+  const int64_t vals = w.bits ? 128 / w.bits : 8, chunks = K / vals, row_groups = (N + R - 1) / R;
+  int parts = 1;
+  while (parts < 4 && row_groups * parts < 4096 && chunks / (32 * parts * 2) >= 2) parts *= 2;
+  const int64_t blocks = (row_groups + (4 / parts) - 1) / (4 / parts);
+  gemv_chunks_kernel<TT, R><<<static_cast<unsigned>(blocks), 128, 0, s>>>(x, ldx, T, w, N, K, y, ldy, accumulate,
+                                                                          parts);
+}
+
+template <int R>
+void launch_gemv_chunks_t(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y,
+                          int64_t ldy, bool accumulate, cudaStream_t s) {
+  if (T == 1) return launch_gemv_chunks<1, R>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+  if (T == 2) return launch_gemv_chunks<2, R>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+  if (T <= 4) return launch_gemv_chunks<4, R>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+  launch_gemv_chunks<8, R>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+}
+
+// Whether the chunked GEMV can read `w`: bf16 or 4/8-bit rows of whole 16-byte chunks, 16-byte aligned, with each
+// chunk inside one quantization group; x rows of whole float4s.
+bool chunks_fit(const float* x, int64_t ldx, const Weight& w, int64_t K) {
+  const bool x_ok = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
+  const bool base_ok = reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
+  if (!x_ok || !base_ok) return false;
+  if (w.bits == 0) return w.type == kBF16 && K % 8 == 0 && w.ld % 8 == 0;
+  if (w.bits != 4 && w.bits != 8) return false;
+  const int64_t vals = 128 / w.bits;
+  return K % vals == 0 && w.group % vals == 0 && w.ld % 4 == 0;
+}
+
 void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
           bool accumulate, cudaStream_t s) {
+  if (chunks_fit(x, ldx, w, K)) {
+    if (N >= 4096)
+      launch_gemv_chunks_t<4>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+    else
+      launch_gemv_chunks_t<2>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+    return;
+  }
   // Fewer than ~16k rows leave most of the GPU idle at one warp per row: split each row's K over 4 warps.
   if (N < 16384 && K >= 512) {
     const int64_t blocks = (N + kRowsPerBlock / 4 - 1) / (kRowsPerBlock / 4);
@@ -775,7 +990,21 @@ void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, con
   rope_kernel<<<blocks_for(total), kThreads, 0, s>>>(x, T, H, D, sT, sH, pos, inv_freq, n, interleaved);
 }
 
-void attention(const AttentionArgs& a, cudaStream_t s) {
+int attention_splits(const AttentionArgs& a) {
+  // Few (query, head) blocks over many keys leave most SMs idle: split the keys so that there are a few hundred
+  // blocks, each with at least 64 keys.
+  const int64_t blocks = a.T * a.Hq;
+  int64_t splits = 1;
+  while (blocks * splits * 2 <= 512 && a.S / (splits * 2) >= 64) splits *= 2;
+  return static_cast<int>(splits);
+}
+
+size_t attention_scratch_floats(const AttentionArgs& a) {
+  const int splits = attention_splits(a);
+  return splits > 1 ? static_cast<size_t>(a.T * a.Hq * splits * (a.Dv + 2)) : 0;
+}
+
+void attention(const AttentionArgs& a, float* scratch, cudaStream_t s) {
   if (a.T * a.Hq == 0) return;
   const size_t smem = sizeof(float) * (a.D + kAttnWarps * a.Dv + 2 * kAttnWarps);
   static bool raised = false;
@@ -783,7 +1012,10 @@ void attention(const AttentionArgs& a, cudaStream_t s) {
     cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
     raised = true;
   }
-  attention_kernel<<<static_cast<unsigned>(a.T * a.Hq), 32 * kAttnWarps, smem, s>>>(a);
+  const int splits = attention_splits(a);
+  dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(splits));
+  attention_kernel<<<grid, 32 * kAttnWarps, smem, s>>>(a, scratch);
+  if (splits > 1) attention_combine_kernel<<<static_cast<unsigned>(a.T * a.Hq), 128, 0, s>>>(a, scratch, splits);
 }
 
 void binary(Elementwise op, const float* a, const float* b, int64_t n, int64_t m, float* y, cudaStream_t s) {

@@ -4,6 +4,7 @@
 // queues work on `stream` and returns at once; shapes were checked by the caller.
 #include <cuda_runtime.h>
 
+#include <cstddef>
 #include <cstdint>
 
 namespace vatic::cuda {
@@ -75,7 +76,9 @@ struct AttentionArgs {
   float* out;
   int64_t soT, soH;
 };
-void attention(const AttentionArgs& a, cudaStream_t s);
+// `scratch` holds attention_scratch_floats(a) floats (none when it is 0: the keys are not split).
+size_t attention_scratch_floats(const AttentionArgs& a);
+void attention(const AttentionArgs& a, float* scratch, cudaStream_t s);
 constexpr int kMaxAttentionDv = 512;
 constexpr int kMaxAttentionD = 1024;
 

@@ -291,10 +291,13 @@ TEST(DeviceOps, NormsRopeElementwise) {
       check2("gated", [&](Backend& k, const Tensor& x, const Tensor& y, bool d) { k.gated(op, x, d ? on(dev, b2) : b2, y); });
     }
     // Top-k with ties (lower index first) over rows as wide as a vocabulary.
-    for (int64_t N : {5, 130, 262144}) {
+    for (int64_t N : {5, 130, 20000, 262144})
+      for (int k : {1, static_cast<int>(std::min<int64_t>(N, 8))}) {
       Tensor t = random_host({3, N});
       for (int64_t i = 0; i < N; i += 3) t.data<float>()[i] = 0.25f;  // many ties
-      const int k = static_cast<int>(std::min<int64_t>(N, 8));
+      // The largest value twice in one row, far apart (the lower index wins), and at the last column of another.
+      t.data<float>()[N - 1] = t.data<float>()[N / 7 + 1] = 50.0f;
+      t.data<float>()[2 * N - 1] = 60.0f;
       Tensor wv = Tensor::empty({3, k}, DType::F32), wi = Tensor::empty({3, k}, DType::I32);
       cpu.topk(t, k, wv, wi);
       Tensor gv = be.empty({3, k}, DType::F32), gi = be.empty({3, k}, DType::I32);

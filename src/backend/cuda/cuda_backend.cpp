@@ -538,7 +538,11 @@ class CudaBackend final : public Backend {
     const int64_t N = a.dim(-1), R = a.numel() / std::max<int64_t>(N, 1);
     VATIC_CHECK(k > 0 && k <= N, "topk: k={} for rows of {}", k, N);
     bind();
-    cuda::topk(a.data<float>(), R, N, k, values.data<float>(), indices.data<int32_t>(), stream_);
+    const size_t scratch_floats = cuda::topk_scratch_floats(R, N, k);
+    Tensor scratch;
+    if (scratch_floats) scratch = empty({static_cast<int64_t>(scratch_floats)}, DType::F32);
+    cuda::topk(a.data<float>(), R, N, k, values.data<float>(), indices.data<int32_t>(),
+               scratch_floats ? scratch.data<float>() : nullptr, stream_);
     check_launch("topk");
   }
 

@@ -142,6 +142,8 @@ __device__ void block_best(float& v, int& i, float* sv, int* si) {
   __syncthreads();
 }
 
+constexpr int kArgmaxSlices = 128;
+
 int blocks_for(int64_t n, int threads = kThreads) {
   int64_t b = (n + threads - 1) / threads;
   return static_cast<int>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
@@ -344,23 +346,31 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
 #pragma unroll
     for (int r = 0; r < R; r++) q[r] = rowp[r] ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
     if (!w.bits) {
+      // Converted once, used for every input row.
+      float wv[R][8];
+#pragma unroll
+      for (int r = 0; r < R; r++) {
+        const uint32_t u[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          wv[r][2 * j] = __uint_as_float(u[j] << 16);
+          wv[r][2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+        }
+      }
 #pragma unroll
       for (int t = 0; t < TT; t++) {
         if (t >= T) break;
         const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * 8);
         const float4 a = xp[0], b = xp[1];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-          const uint32_t u[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
-          acc[r][t] += a.x * __uint_as_float(u[0] << 16) + a.y * __uint_as_float(u[0] & 0xffff0000u) +
-                       a.z * __uint_as_float(u[1] << 16) + a.w * __uint_as_float(u[1] & 0xffff0000u) +
-                       b.x * __uint_as_float(u[2] << 16) + b.y * __uint_as_float(u[2] & 0xffff0000u) +
-                       b.z * __uint_as_float(u[3] << 16) + b.w * __uint_as_float(u[3] & 0xffff0000u);
-        }
+        for (int r = 0; r < R; r++)
+          acc[r][t] += a.x * wv[r][0] + a.y * wv[r][1] + a.z * wv[r][2] + a.w * wv[r][3] + b.x * wv[r][4] +
+                       b.y * wv[r][5] + b.z * wv[r][6] + b.w * wv[r][7];
       }
       continue;
     }
-    // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x.
+    // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. Word by word, its codes are
+    // converted once (2^23 | q is the float 2^23 + q) and used for every input row.
     const int64_t g = c * vals / w.group;
     float sc[R], bi[R];
 #pragma unroll
@@ -368,44 +378,58 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
       sc[r] = rowp[r] ? load(w.scale_type, scale_row(w, w.scales, 0, n0 + r), g) : 0.0f;
       bi[r] = rowp[r] ? load(w.scale_type, scale_row(w, w.biases, 0, n0 + r), g) : 0.0f;
     }
+    float dq[R][TT], sx[TT];
 #pragma unroll
     for (int t = 0; t < TT; t++) {
-      if (t >= T) break;
-      const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * vals);
-      float sx = 0.0f, dq[R];
+      sx[t] = 0.0f;
 #pragma unroll
-      for (int r = 0; r < R; r++) dq[r] = 0.0f;
-      if (w.bits == 4) {
+      for (int r = 0; r < R; r++) dq[r][t] = 0.0f;
+    }
+    const int per = 32 / w.bits;  // codes per word: 8 or 4
 #pragma unroll
-        for (int j = 0; j < 4; j++) {  // word j: inputs 8j .. 8j+7
-          const float4 a = xp[2 * j], b = xp[2 * j + 1];
-          const float xv[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
+    for (int j = 0; j < 4; j++) {
+      float code[R][8];
 #pragma unroll
-          for (int i = 0; i < 8; i++) sx += xv[i];
+      for (int r = 0; r < R; r++) {
+        const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
 #pragma unroll
-          for (int r = 0; r < R; r++) {
-            const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
-#pragma unroll
-            for (int i = 0; i < 8; i++) dq[r] += xv[i] * static_cast<float>((word >> (4 * i)) & 15u);
-          }
-        }
-      } else {
-#pragma unroll
-        for (int j = 0; j < 4; j++) {  // word j: inputs 4j .. 4j+3
-          const float4 a = xp[j];
-          const float xv[4] = {a.x, a.y, a.z, a.w};
-#pragma unroll
-          for (int i = 0; i < 4; i++) sx += xv[i];
-#pragma unroll
-          for (int r = 0; r < R; r++) {
-            const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
-#pragma unroll
-            for (int i = 0; i < 4; i++) dq[r] += xv[i] * static_cast<float>((word >> (8 * i)) & 255u);
-          }
+        for (int i = 0; i < 8; i++) {
+          const uint32_t v = w.bits == 4 ? (word >> (4 * i)) & 15u : (word >> (8 * (i & 3))) & 255u;
+          code[r][i] = __uint_as_float(0x4B000000u | v) - 8388608.0f;
         }
       }
 #pragma unroll
-      for (int r = 0; r < R; r++) acc[r][t] += sc[r] * dq[r] + bi[r] * sx;
+      for (int t = 0; t < TT; t++) {
+        if (t >= T) break;
+        const float* xr = x + t * ldx + c * vals + j * per;
+        float xv[8];
+        const float4 a = *reinterpret_cast<const float4*>(xr);
+        xv[0] = a.x;
+        xv[1] = a.y;
+        xv[2] = a.z;
+        xv[3] = a.w;
+        if (w.bits == 4) {
+          const float4 b = *reinterpret_cast<const float4*>(xr + 4);
+          xv[4] = b.x;
+          xv[5] = b.y;
+          xv[6] = b.z;
+          xv[7] = b.w;
+        }
+        const int n = w.bits == 4 ? 8 : 4;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          if (i >= n) break;
+          sx[t] += xv[i];
+#pragma unroll
+          for (int r = 0; r < R; r++) dq[r][t] += xv[i] * code[r][i];
+        }
+      }
+    }
+#pragma unroll
+    for (int t = 0; t < TT; t++) {
+      if (t >= T) break;
+#pragma unroll
+      for (int r = 0; r < R; r++) acc[r][t] += sc[r] * dq[r][t] + bi[r] * sx[t];
     }
   }
 #pragma unroll
@@ -735,6 +759,50 @@ __global__ void topk_kernel(const float* a, int64_t N, int k, float* values, int
   }
 }
 
+// Top-1 of long rows in two passes: blocks of a row each find the best of their slice, then one block per row
+// picks among them (ties go to the lower index in both passes).
+__global__ void argmax_slices_kernel(const float* a, int64_t N, int slices, float* sv_out, int* si_out) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  const int64_t row = blockIdx.y, per = (N + slices - 1) / slices;
+  const int64_t begin = blockIdx.x * per, end = min(N, begin + per);
+  const float* x = a + row * N;
+  float bv = -INFINITY;
+  int bi = -1;
+  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+    const float v = x[i];
+    if (bi < 0 || better(v, static_cast<int>(i), bv, bi)) {
+      bv = v;
+      bi = static_cast<int>(i);
+    }
+  }
+  block_best(bv, bi, sv, si);
+  if (threadIdx.x == 0) {
+    sv_out[row * slices + blockIdx.x] = bv;
+    si_out[row * slices + blockIdx.x] = bi;
+  }
+}
+
+__global__ void argmax_merge_kernel(const float* sv_in, const int* si_in, int slices, float* values, int32_t* indices) {
+  __shared__ float sv[32];
+  __shared__ int si[32];
+  float bv = -INFINITY;
+  int bi = -1;
+  for (int j = threadIdx.x; j < slices; j += blockDim.x) {
+    const float v = sv_in[blockIdx.x * slices + j];
+    const int i = si_in[blockIdx.x * slices + j];
+    if (i >= 0 && (bi < 0 || better(v, i, bv, bi))) {
+      bv = v;
+      bi = i;
+    }
+  }
+  block_best(bv, bi, sv, si);
+  if (threadIdx.x == 0) {
+    values[blockIdx.x] = bv;
+    indices[blockIdx.x] = bi;
+  }
+}
+
 __global__ void gather_rows_kernel(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n,
                                    int32_t* out, int* bad) {
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * C;
@@ -1042,8 +1110,20 @@ void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s) 
   if (rows == 0) return;
   softmax_kernel<<<static_cast<unsigned>(rows), D >= 4096 ? 1024 : 256, 0, s>>>(a, D, y);
 }
-void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, cudaStream_t s) {
+size_t topk_scratch_floats(int64_t rows, int64_t N, int k) {
+  return k == 1 && N >= 16384 && rows <= 64 ? static_cast<size_t>(2 * rows * kArgmaxSlices) : 0;
+}
+
+void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, float* scratch,
+          cudaStream_t s) {
   if (rows == 0) return;
+  if (topk_scratch_floats(rows, N, k)) {
+    float* sv = scratch;
+    int* si = reinterpret_cast<int*>(scratch + rows * kArgmaxSlices);
+    argmax_slices_kernel<<<dim3(kArgmaxSlices, static_cast<unsigned>(rows)), 256, 0, s>>>(a, N, kArgmaxSlices, sv, si);
+    argmax_merge_kernel<<<static_cast<unsigned>(rows), 128, 0, s>>>(sv, si, kArgmaxSlices, values, indices);
+    return;
+  }
   topk_kernel<<<static_cast<unsigned>(rows), N >= 4096 ? 1024 : 256, 0, s>>>(a, N, k, values, indices);
 }
 void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D, float* out,

@@ -90,7 +90,10 @@ void unary(int op, const float* a, int64_t n, float* y, cudaStream_t s);
 void gated(int op, const float* g, const float* u, int64_t n, float* y, cudaStream_t s);
 void softcap(const float* a, float cap, int64_t n, float* y, cudaStream_t s);
 void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s);
-void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, cudaStream_t s);
+// `scratch` holds topk_scratch_floats(rows, N, k) floats (long rows with k = 1 take two passes over many blocks).
+size_t topk_scratch_floats(int64_t rows, int64_t N, int k);
+void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, float* scratch,
+          cudaStream_t s);
 void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D, float* out,
                   cudaStream_t s);
 

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -871,16 +872,64 @@ class SchemaCompiler {
           return &(*p)[name];
         };
         const auto ra = required(*sa), rb = required(*sb);
-        for (const auto& name : ra) {
-          if (!rb.count(name)) continue;
+        // A property one side requires, declared by both with disjoint const/enum values: a value of that
+        // side has it with one of its values, which the other side does not allow.
+        std::set<std::string> either = ra;
+        either.insert(rb.begin(), rb.end());
+        for (const auto& name : either) {
           const ordered_json *pa = prop(*sa, name), *pb = prop(*sb, name);
           if (!pa || !pb) continue;
           auto va = literals(*pa, path), vb = literals(*pb, path);
           if (va && vb && disjoint(*va, *vb)) return true;
         }
+        // What vatic writes for one side never matches the other: it holds a required property the other
+        // forbids (undeclared under additionalProperties false), or it lacks a property the other requires
+        // (the side writes no undeclared properties). Only for plain object schemas, whose output is that.
+        auto plain = [](const ordered_json& s) {
+          return !s.contains("anyOf") && !s.contains("oneOf") && !s.contains("enum") && !s.contains("const");
+        };
+        auto writes_extras = [](const ordered_json& s) {
+          auto it = s.find("additionalProperties");
+          return it != s.end() && !(it->is_boolean() && !it->get<bool>());
+        };
+        auto never_matches = [&](const ordered_json& x, const std::set<std::string>& rx, const ordered_json& y,
+                                 const std::set<std::string>& ry) {
+          for (const auto& name : rx) {
+            auto it = y.find("additionalProperties");
+            if (it != y.end() && it->is_boolean() && !it->get<bool>() && !prop(y, name)) return true;
+          }
+          if (!writes_extras(x))
+            for (const auto& name : ry)
+              if (!prop(x, name) && !rx.count(name)) return true;
+          return false;
+        };
+        if (plain(*sa) && plain(*sb) && never_matches(*sa, ra, *sb, rb) && never_matches(*sb, rb, *sa, ra))
+          return true;
       }
-      overlap = "both admit objects and no property both require has different const or enum values in each";
+      overlap = "both admit objects, and neither a property both require with different const/enum values nor "
+                "a required property the other cannot have tells them apart";
       return false;
+    }
+    if ((both & ~(kInt | kFrac)) == 0) {  // numbers only: disjoint ranges
+      const ordered_json *sa = deref(a, path), *sb = deref(b, path);
+      if (sa && sb && sa->is_object() && sb->is_object() && !sa->contains("anyOf") && !sa->contains("oneOf") &&
+          !sb->contains("anyOf") && !sb->contains("oneOf")) {
+        struct Range {
+          double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+          bool lo_x = false, hi_x = false;
+        };
+        auto range = [&](const ordered_json& s) {
+          Range r;
+          if (auto v = num(s, "minimum", path)) r.lo = *v;
+          if (auto v = num(s, "exclusiveMinimum", path); v && *v >= r.lo) r.lo = *v, r.lo_x = true;
+          if (auto v = num(s, "maximum", path)) r.hi = *v;
+          if (auto v = num(s, "exclusiveMaximum", path); v && *v <= r.hi) r.hi = *v, r.hi_x = true;
+          return r;
+        };
+        const Range x = range(*sa), y = range(*sb);
+        auto below = [](const Range& p, const Range& q) { return p.hi < q.lo || (p.hi == q.lo && (p.hi_x || q.lo_x)); };
+        if (below(x, y) || below(y, x)) return true;
+      }
     }
     overlap = fmt::format("both admit {}", kind_names(both));
     return false;

@@ -2,9 +2,9 @@
 // JSON Schema (and plain JSON mode) to a byte grammar.
 //
 // Supported: type (one or a list), properties / required / additionalProperties, enum, const, anyOf, oneOf
-// (compiled as anyOf, so only when no value can match two alternatives: their kinds of value differ, their
-// const/enum sets are disjoint, or they are objects with a required property whose const/enum values differ;
-// otherwise refused), allOf with one schema, $ref to "#", "#/$defs/..." and
+// (compiled as anyOf, so only when no output can match two alternatives: their kinds of value differ, their
+// const/enum sets or number ranges are disjoint, or they are objects told apart by a required discriminator
+// property or by required properties the other side cannot have; otherwise refused), allOf with one schema, $ref to "#", "#/$defs/..." and
 // any JSON pointer in the document (recursion included), items / prefixItems / minItems / maxItems, string
 // pattern (an ECMAScript subset), minLength / maxLength, format (date, time, date-time, uuid, email, ipv4),
 // integer and number ranges (minimum, maximum, exclusiveMinimum, exclusiveMaximum; number bounds must be

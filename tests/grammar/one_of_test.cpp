@@ -47,6 +47,25 @@ TEST(OneOf, ProvablyExclusiveAlternativesAreAccepted) {
     "oneOf":[{"$ref":"#/$defs/A"},{"$ref":"#/$defs/B"}]})";
   EXPECT_TRUE(accepts(refs, R"({"t":"b"})"));
   EXPECT_TRUE(accepts(refs, R"({"t":"a","x":"y"})"));
+  // A discriminator one side requires and the other declares with other values.
+  const char* half = R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},
+                                  {"type":"object","properties":{"k":{"const":"b"},"x":{"type":"integer"}}}]})";
+  EXPECT_TRUE(accepts(half, R"({"k":"a"})"));
+  EXPECT_TRUE(accepts(half, R"({"x":1})"));
+  EXPECT_FALSE(accepts(half, R"({"k":"c"})"));
+  // Untagged unions: each side requires a property the other never writes (pydantic without a discriminator),
+  // or one the other forbids.
+  const char* untagged = R"({"oneOf":[
+    {"type":"object","properties":{"name":{"type":"string"},"meows":{"type":"integer"}},"required":["name","meows"]},
+    {"type":"object","properties":{"name":{"type":"string"},"barks":{"type":"boolean"}},"required":["name","barks"]}]})";
+  EXPECT_TRUE(accepts(untagged, R"({"name":"x","barks":true})"));
+  EXPECT_FALSE(accepts(untagged, R"({"name":"x"})"));
+  EXPECT_EQ(refusal(R"({"oneOf":[{"type":"object","required":["a"],"additionalProperties":{"type":"integer"}},
+                                 {"type":"object","properties":{"b":{}},"additionalProperties":false}]})"),
+            "");
+  // Disjoint number ranges.
+  EXPECT_TRUE(accepts(R"({"oneOf":[{"type":"integer","maximum":0},{"type":"integer","minimum":1}]})", "-3"));
+  EXPECT_TRUE(accepts(R"({"oneOf":[{"type":"number","exclusiveMaximum":0},{"type":"number","minimum":0}]})", "0"));
   // Different kinds of value.
   const char* kinds = R"({"oneOf":[{"type":"integer"},{"type":"string"},{"type":"null"},
                                    {"type":"array","items":{"type":"integer"}}]})";
@@ -72,10 +91,13 @@ TEST(OneOf, OverlappingAlternativesAreRefusedSayingWhy) {
       {R"({"oneOf":[{"type":"object","properties":{"a":{"type":"string"}}},
                     {"type":"object","properties":{"b":{"type":"string"}}}]})",
        "objects"},
-      // A discriminator only one side requires tells nothing apart.
-      {R"({"oneOf":[{"type":"object","properties":{"k":{"const":"a"}},"required":["k"]},
-                    {"type":"object","properties":{"k":{"const":"b"}}}]})",
+      // The other side may write any property, so it may write what the first one requires.
+      {R"({"oneOf":[{"type":"object","properties":{"a":{"type":"string"}},"required":["a"]},
+                    {"type":"object","properties":{"b":{"type":"string"}},"required":["b"],
+                     "additionalProperties":true}]})",
        "objects"},
+      {R"({"oneOf":[{"type":"integer","maximum":1},{"type":"integer","minimum":1}]})", "both admit integers"},
+      {R"({"oneOf":[{"type":"number","maximum":1},{"type":"number","exclusiveMinimum":0}]})", "integers"},
       {R"({"oneOf":[{"type":"integer"},{}]})", "integers"},
   };
   for (const auto& c : cases) {

@@ -699,7 +699,6 @@ class SchemaCompiler {
     return *cur;
   }
 
-
   static bool has_type(const std::vector<std::string>& types, const ordered_json& v) {
     if (types.empty()) return true;
     for (const auto& t : types) {
@@ -727,8 +726,8 @@ class SchemaCompiler {
 
   // Kinds of JSON values, as bits. Integers and other numbers are apart: "number" admits both, so it
   // overlaps "integer".
-  static constexpr unsigned kNull = 1, kBool = 2, kInt = 4, kFrac = 8, kString = 16, kArray = 32, kObject = 64,
-                            kAll = 127;
+  static constexpr unsigned kNull = 1, kBool = 2, kInt = 4, kFrac = 8, kString = 16, kArray = 32,
+                            kObject = 64, kAll = 127;
   static unsigned kind_of(const ordered_json& v) {
     if (v.is_null()) return kNull;
     if (v.is_boolean()) return kBool;
@@ -748,8 +747,8 @@ class SchemaCompiler {
     return kAll;
   }
   static std::string kind_names(unsigned k) {
-    static const char* names[] = {"null", "booleans", "integers", "fractional numbers", "strings", "arrays",
-                                  "objects"};
+    static const char* names[] = {"null",    "booleans", "integers", "fractional numbers",
+                                  "strings", "arrays",   "objects"};
     std::string out;
     for (int i = 0; i < 7; i++)
       if (k & (1u << i)) {
@@ -827,9 +826,11 @@ class SchemaCompiler {
     for (const auto& t : type_names(*s)) k |= type_kinds(t);
     if (k) return k;
     // No type: what schema_expr infers from the keywords.
-    if (s->contains("properties") || s->contains("required") || s->contains("additionalProperties")) k |= kObject;
+    if (s->contains("properties") || s->contains("required") || s->contains("additionalProperties"))
+      k |= kObject;
     if (s->contains("items") || s->contains("prefixItems")) k |= kArray;
-    if (s->contains("pattern") || s->contains("format") || s->contains("minLength") || s->contains("maxLength"))
+    if (s->contains("pattern") || s->contains("format") || s->contains("minLength") ||
+        s->contains("maxLength"))
       k |= kString;
     if (s->contains("minimum") || s->contains("maximum") || s->contains("exclusiveMinimum") ||
         s->contains("exclusiveMaximum"))
@@ -847,7 +848,8 @@ class SchemaCompiler {
   // Why no value can match both schemas, or nullopt with `overlap` saying what both admit when that cannot
   // be shown: different kinds of value, different literal sets, or (objects) a property both require with
   // different const / enum values (a discriminator).
-  bool exclusive(const ordered_json& a, const ordered_json& b, const std::string& path, std::string& overlap) {
+  bool exclusive(const ordered_json& a, const ordered_json& b, const std::string& path,
+                 std::string& overlap) {
     const unsigned ka = kinds(a, path), kb = kinds(b, path), both = ka & kb;
     if (!both) return true;
     auto la = literals(a, path), lb = literals(b, path);
@@ -892,8 +894,8 @@ class SchemaCompiler {
           auto it = s.find("additionalProperties");
           return it != s.end() && !(it->is_boolean() && !it->get<bool>());
         };
-        auto never_matches = [&](const ordered_json& x, const std::set<std::string>& rx, const ordered_json& y,
-                                 const std::set<std::string>& ry) {
+        auto never_matches = [&](const ordered_json& x, const std::set<std::string>& rx,
+                                 const ordered_json& y, const std::set<std::string>& ry) {
           for (const auto& name : rx) {
             auto it = y.find("additionalProperties");
             if (it != y.end() && it->is_boolean() && !it->get<bool>() && !prop(y, name)) return true;
@@ -906,14 +908,15 @@ class SchemaCompiler {
         if (plain(*sa) && plain(*sb) && never_matches(*sa, ra, *sb, rb) && never_matches(*sb, rb, *sa, ra))
           return true;
       }
-      overlap = "both admit objects, and neither a property both require with different const/enum values nor "
-                "a required property the other cannot have tells them apart";
+      overlap =
+          "both admit objects, and neither a property both require with different const/enum values nor "
+          "a required property the other cannot have tells them apart";
       return false;
     }
     if ((both & ~(kInt | kFrac)) == 0) {  // numbers only: disjoint ranges
       const ordered_json *sa = deref(a, path), *sb = deref(b, path);
-      if (sa && sb && sa->is_object() && sb->is_object() && !sa->contains("anyOf") && !sa->contains("oneOf") &&
-          !sb->contains("anyOf") && !sb->contains("oneOf")) {
+      if (sa && sb && sa->is_object() && sb->is_object() && !sa->contains("anyOf") &&
+          !sa->contains("oneOf") && !sb->contains("anyOf") && !sb->contains("oneOf")) {
         struct Range {
           double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
           bool lo_x = false, hi_x = false;
@@ -927,7 +930,9 @@ class SchemaCompiler {
           return r;
         };
         const Range x = range(*sa), y = range(*sb);
-        auto below = [](const Range& p, const Range& q) { return p.hi < q.lo || (p.hi == q.lo && (p.hi_x || q.lo_x)); };
+        auto below = [](const Range& p, const Range& q) {
+          return p.hi < q.lo || (p.hi == q.lo && (p.hi_x || q.lo_x));
+        };
         if (below(x, y) || below(y, x)) return true;
       }
     }
@@ -1102,7 +1107,8 @@ class SchemaCompiler {
     const int64_t mn = min_len.value_or(0), mx = max_len ? *max_len : -1;
     if (mx >= 0 && mx < mn) refuse(path, "maxLength is below minLength");
     if (mn > 1000 || mx > 1000) refuse_keyword(path, mn > 1000 ? "minLength" : "maxLength", "at most 1000");
-    return Expr::seq({Expr::byte('"'), Expr::repeat(json_char(enc_), static_cast<int>(mn), static_cast<int>(mx)),
+    return Expr::seq({Expr::byte('"'),
+                      Expr::repeat(json_char(enc_), static_cast<int>(mn), static_cast<int>(mx)),
                       Expr::byte('"')});
   }
 
@@ -1319,10 +1325,12 @@ class SchemaCompiler {
         const std::string at = path + "/properties/" + escape_pointer(name);
         if (name.empty() || name.find('<') != std::string::npos || name.find('>') != std::string::npos ||
             name.front() <= ' ' || name.back() <= ' ')
-          refuse(at, "a parameter name in GLM-4.7's tool-call format must be non-empty, without '<' or '>' and "
-                     "without leading or trailing whitespace");
+          refuse(at,
+                 "a parameter name in GLM-4.7's tool-call format must be non-empty, without '<' or '>' and "
+                 "without leading or trailing whitespace");
         declared.insert(name);
-        args.push_back({name, value_expr(q.value(), declared_types(q.value()), at, syn), required.count(name) > 0});
+        args.push_back(
+            {name, value_expr(q.value(), declared_types(q.value()), at, syn), required.count(name) > 0});
       }
     }
     for (const auto& r : required)
@@ -1333,8 +1341,9 @@ class SchemaCompiler {
     for (size_t i = 0; i <= n; i++) A[i] = g_.declare(fmt::format("{}#args{}", prefix_, i));
     g_.define(A[n], Expr::empty());
     for (size_t k = n; k-- > 0;) {
-      Expr member = Expr::seq({nl, Expr::lit(syn.key_open), Expr::lit(args[k].name), Expr::lit(syn.key_close), nl,
-                               Expr::lit(syn.value_open), std::move(args[k].value), Expr::lit(syn.value_close)});
+      Expr member =
+          Expr::seq({nl, Expr::lit(syn.key_open), Expr::lit(args[k].name), Expr::lit(syn.key_close), nl,
+                     Expr::lit(syn.value_open), std::move(args[k].value), Expr::lit(syn.value_close)});
       g_.define(A[k], Expr::alt({Expr::seq({std::move(member), Expr::ref(A[k + 1])}),
                                  args[k].required ? Expr::nothing() : Expr::ref(A[k + 1])}));
     }
@@ -1395,8 +1404,9 @@ class SchemaCompiler {
         return Expr::alt(std::move(alts));
       }
       if (kinds(s, path) & kString)
-        refuse(path, "a parameter that may be a string needs a declared \"type\" in GLM-4.7's tool-call format "
-                     "(its parser reads an untyped value as JSON whenever it parses)");
+        refuse(path,
+               "a parameter that may be a string needs a declared \"type\" in GLM-4.7's tool-call format "
+               "(its parser reads an untyped value as JSON whenever it parses)");
       return Expr::ref(rule_for(s, path));
     }
     if (has_string) {
@@ -1439,8 +1449,10 @@ class SchemaCompiler {
       if (!annotations().count(it.key()) && !supported().count(it.key())) refuse_keyword(path, it.key());
     for (const char* k : {"anyOf", "oneOf"})
       if (auto it = s.find(k); it != s.end()) {
-        if (!it->is_array() || it->empty()) refuse(path, fmt::format("{} must be a non-empty array of schemas", k));
-        if (has_constraints(s, {k})) refuse(path, fmt::format("{} next to other constraints is not supported", k));
+        if (!it->is_array() || it->empty())
+          refuse(path, fmt::format("{} must be a non-empty array of schemas", k));
+        if (has_constraints(s, {k}))
+          refuse(path, fmt::format("{} next to other constraints is not supported", k));
         if (std::string_view(k) == "oneOf") check_one_of(*it, path);
         std::vector<Expr> alts;
         for (size_t i = 0; i < it->size(); i++)
@@ -1453,8 +1465,7 @@ class SchemaCompiler {
         if (v.is_null()) alts.push_back(Expr::lit("null"));
         if (!v.is_string()) continue;
         const std::string t = v.get<std::string>();
-        if (!holds_any(t, close) && !t.starts_with('\n') && !t.ends_with('\n') &&
-            lower_ascii(t) != "null")
+        if (!holds_any(t, close) && !t.starts_with('\n') && !t.ends_with('\n') && lower_ascii(t) != "null")
           alts.push_back(Expr::lit(t));
       }
       if (alts.empty()) refuse(path, "no value of the enum can be written in GLM-4.7's tool-call format");
@@ -1463,10 +1474,14 @@ class SchemaCompiler {
     const auto types = type_names(s);
     bool str = types.empty(), null = false;
     for (const auto& t : types) {
-      if (t == "string") str = true;
-      else if (t == "null") null = true;
-      else refuse(path, fmt::format("a {} is written as JSON in GLM-4.7's tool-call format, but the parameter's "
-                                    "declared type is string", t));
+      if (t == "string")
+        str = true;
+      else if (t == "null")
+        null = true;
+      else
+        refuse(path, fmt::format("a {} is written as JSON in GLM-4.7's tool-call format, but the parameter's "
+                                 "declared type is string",
+                                 t));
     }
     for (const char* k : {"properties", "items", "prefixItems", "minimum", "maximum", "exclusiveMinimum",
                           "exclusiveMaximum", "additionalProperties", "required"})
@@ -1479,7 +1494,8 @@ class SchemaCompiler {
   }
 
   // The raw text of a string schema (type string, maybe with pattern / format / length bounds).
-  Expr raw_string_content(const ordered_json& s, const std::string& path, const std::vector<std::string>& close) {
+  Expr raw_string_content(const ordered_json& s, const std::string& path,
+                          const std::vector<std::string>& close) {
     auto min_len = count(s, "minLength", path), max_len = count(s, "maxLength", path);
     const bool has_pattern = s.contains("pattern"), has_format = s.contains("format");
     if (!has_pattern && !has_format && !min_len && !max_len) return plain_raw(close);
@@ -1506,7 +1522,9 @@ class SchemaCompiler {
         for (char c : word)
           if (node >= 0) node = a.step(node, static_cast<unsigned char>(c));
         if (node >= 0 && a.final[node])
-          refuse(path, fmt::format("the pattern admits \"{}\", which GLM-4.7's tool-call parser reads as null", word));
+          refuse(
+              path,
+              fmt::format("the pattern admits \"{}\", which GLM-4.7's tool-call parser reads as null", word));
       }
       return e;
     }
@@ -1521,9 +1539,12 @@ class SchemaCompiler {
     };
     auto but = [](char a) {
       const char b = static_cast<char>(a - 'a' + 'A');
-      return charset_expr(complement({{char32_t(a), char32_t(a)}, {char32_t(b), char32_t(b)}}), Encoding::Raw);
+      return charset_expr(complement({{char32_t(a), char32_t(a)}, {char32_t(b), char32_t(b)}}),
+                          Encoding::Raw);
     };
-    auto either = [](char a) { return Expr::alt({Expr::byte(a), Expr::byte(static_cast<unsigned char>(a - 'a' + 'A'))}); };
+    auto either = [](char a) {
+      return Expr::alt({Expr::byte(a), Expr::byte(static_cast<unsigned char>(a - 'a' + 'A'))});
+    };
     const std::string word = "null";
     Expr tail = Expr::seq({json_char(Encoding::Raw), rest(5, 0)});  // after "null": at least one more
     for (int i = 3; i >= 0; i--) {
@@ -1545,8 +1566,10 @@ class SchemaCompiler {
   Expr plain_raw(const std::vector<std::string>& closes) {
     const char m0 = closes.at(0).empty() ? '\0' : closes[0][0];
     for (const auto& c : closes)
-      if (c.empty() || c[0] != m0 || c.find(m0, 1) != std::string::npos || static_cast<unsigned char>(m0) >= 0x80)
-        throw InvalidInput("the markers after a raw value must start with one ASCII character found nowhere else in them");
+      if (c.empty() || c[0] != m0 || c.find(m0, 1) != std::string::npos ||
+          static_cast<unsigned char>(m0) >= 0x80)
+        throw InvalidInput(
+            "the markers after a raw value must start with one ASCII character found nowhere else in them");
     auto chars_but = [&](const std::set<char32_t>& ex) {
       Ranges r = {{char32_t(m0), char32_t(m0)}};
       for (char32_t c : ex) r.push_back({c, c});
@@ -1569,36 +1592,42 @@ class SchemaCompiler {
     const std::string key = fmt::format("raw text without {}", fmt::join(closes, " "));
     auto known = raw_text_.find(key);
     if (known == raw_text_.end())
-      known = raw_text_.emplace(key, g_.add(key, Expr::seq({Expr::star(Expr::alt({chars_but({}), Expr::seq({Expr::star(V), T})})),
-                                                              Expr::star(V)}))).first;
+      known = raw_text_
+                  .emplace(key, g_.add(key, Expr::seq({Expr::star(Expr::alt(
+                                                           {chars_but({}), Expr::seq({Expr::star(V), T})})),
+                                                       Expr::star(V)})))
+                  .first;
     Expr L = Expr::ref(known->second);
     Expr starts_marker = Expr::alt({Expr::seq({Expr::star(V), T, L}), Expr::plus(V)});
     auto but = [&](std::initializer_list<char32_t> ex) { return Expr::seq({chars_but(ex), L}); };
-    auto either = [](char a) { return Expr::alt({Expr::byte(a), Expr::byte(static_cast<unsigned char>(a - 'a' + 'A'))}); };
+    auto either = [](char a) {
+      return Expr::alt({Expr::byte(a), Expr::byte(static_cast<unsigned char>(a - 'a' + 'A'))});
+    };
     // Walk "null" (case-insensitive, an optional newline around it): leave the word anywhere but at its end.
-    Expr after_null = Expr::alt({but({'\n'}), starts_marker, Expr::seq({Expr::byte('\n'), Expr::alt({but({}), starts_marker})})});
-    Expr r3 = Expr::alt({Expr::empty(), but({'l', 'L'}), starts_marker, Expr::seq({either('l'), after_null})});
+    Expr after_null = Expr::alt(
+        {but({'\n'}), starts_marker, Expr::seq({Expr::byte('\n'), Expr::alt({but({}), starts_marker})})});
+    Expr r3 =
+        Expr::alt({Expr::empty(), but({'l', 'L'}), starts_marker, Expr::seq({either('l'), after_null})});
     Expr r2 = Expr::alt({Expr::empty(), but({'l', 'L'}), starts_marker, Expr::seq({either('l'), r3})});
     Expr r1 = Expr::alt({Expr::empty(), but({'u', 'U'}), starts_marker, Expr::seq({either('u'), r2})});
     Expr after_nl = Expr::alt({Expr::empty(), but({'n', 'N'}), starts_marker, Expr::seq({either('n'), r1})});
-    return Expr::alt({Expr::empty(), but({'\n', 'n', 'N'}), starts_marker, Expr::seq({Expr::byte('\n'), after_nl}),
-                      Expr::seq({either('n'), r1})});
+    return Expr::alt({Expr::empty(), but({'\n', 'n', 'N'}), starts_marker,
+                      Expr::seq({Expr::byte('\n'), after_nl}), Expr::seq({either('n'), r1})});
   }
 
   static const std::map<std::string, std::string>& formats() {
     static const std::map<std::string, std::string> f = {
-          {"date", kDate},
-          {"time", kTime},
-          {"date-time", std::string(kDate) + "T" + kTime},
-          {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
-          // Bounded (a local part of at most three dot-separated atoms, at most three domain labels), so a
-          // model cannot wander inside an address.
-          {"email",
-           "[a-zA-Z0-9_+-]{1,32}(?:\\.[a-zA-Z0-9_+-]{1,32}){0,2}@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,20}[a-zA-Z0-"
-           "9])?\\.){1,3}"
-           "[a-zA-Z]{2,12}"},
-          {"ipv4",
-           "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"},
+        {"date", kDate},
+        {"time", kTime},
+        {"date-time", std::string(kDate) + "T" + kTime},
+        {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+        // Bounded (a local part of at most three dot-separated atoms, at most three domain labels), so a
+        // model cannot wander inside an address.
+        {"email",
+         "[a-zA-Z0-9_+-]{1,32}(?:\\.[a-zA-Z0-9_+-]{1,32}){0,2}@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,20}[a-zA-Z0-"
+         "9])?\\.){1,3}"
+         "[a-zA-Z]{2,12}"},
+        {"ipv4", "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"},
     };
     return f;
   }
@@ -1658,23 +1687,26 @@ Grammar tool_call_grammar(const std::vector<ToolSpec>& tools, const ToolCallSynt
     if (key_values && (name.empty() || std::any_of(name.begin(), name.end(), [](char c) {
                          return c == '<' || c == '>' || static_cast<unsigned char>(c) <= ' ';
                        })))
-      throw InvalidInput(fmt::format("tool name \"{}\" cannot be written in GLM-4.7's tool-call format (it must "
-                                     "be non-empty, without whitespace, '<' or '>')",
-                                     name));
-    SchemaCompiler c(params, g, fmt::format("tool {} ", name), key_values ? Encoding::JsonNoLt : Encoding::Json);
+      throw InvalidInput(
+          fmt::format("tool name \"{}\" cannot be written in GLM-4.7's tool-call format (it must "
+                      "be non-empty, without whitespace, '<' or '>')",
+                      name));
+    SchemaCompiler c(params, g, fmt::format("tool {} ", name),
+                     key_values ? Encoding::JsonNoLt : Encoding::Json);
     Expr args;
     try {
       args = key_values ? c.root_key_values(syntax) : Expr::ref(c.root_rule());
     } catch (const InvalidInput& e) {
       throw InvalidInput(fmt::format("parameters of tool \"{}\": {}", name, e.what()));
     }
-    calls.push_back(Expr::seq({Expr::lit(syntax.open), Expr::lit(syntax.prefix + name), std::move(args),
-                               Expr::lit(syntax.close)}));
+    calls.push_back(Expr::seq(
+        {Expr::lit(syntax.open), Expr::lit(syntax.prefix + name), std::move(args), Expr::lit(syntax.close)}));
   }
   Expr call = Expr::alt(std::move(calls));
   if (key_values)  // calls may be set apart by a newline
-    g.root = g.add("tool calls", Expr::seq({call, Expr::repeat(Expr::seq({Expr::opt(Expr::byte('\n')), call}), 0,
-                                                               max_calls - 1)}));
+    g.root = g.add(
+        "tool calls",
+        Expr::seq({call, Expr::repeat(Expr::seq({Expr::opt(Expr::byte('\n')), call}), 0, max_calls - 1)}));
   else
     g.root = g.add("tool calls", Expr::repeat(call, 1, max_calls));
   return g;

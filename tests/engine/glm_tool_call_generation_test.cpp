@@ -64,10 +64,10 @@ TEST(GlmToolCallGeneration, GreedyAndSampledCallsParseAndValidate) {
     t.parameters = s.parameters;
     tools.push_back(t);
   }
-  const grammar::ToolCallSyntax syn{"<tool_call>", "", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>",
-                                    "</arg_value>"};
-  auto cg = std::make_shared<grammar::CompiledGrammar>(grammar::compile(grammar::tool_call_grammar(specs, syn, 2)),
-                                                      m.vocab);
+  const grammar::ToolCallSyntax syn{
+      "<tool_call>", "", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"};
+  auto cg = std::make_shared<grammar::CompiledGrammar>(
+      grammar::compile(grammar::tool_call_grammar(specs, syn, 2)), m.vocab);
   std::map<std::string, int> seen;
   for (int64_t seed = 0; seed <= 6; seed++) {
     Generator gen(*m.lm, nullptr);
@@ -78,11 +78,10 @@ TEST(GlmToolCallGeneration, GreedyAndSampledCallsParseAndValidate) {
     o.sampling.seed = seed;
     auto st = m.lm->new_state();
     std::vector<int32_t> ids;
-    GenerateStats stats = gen.generate(*st, m.tok->encode("Use a tool.", true), o,
-                                       [&](const TokenEvent& e) {
-                                         ids.push_back(e.token);
-                                         return true;
-                                       });
+    GenerateStats stats = gen.generate(*st, m.tok->encode("Use a tool.", true), o, [&](const TokenEvent& e) {
+      ids.push_back(e.token);
+      return true;
+    });
     const std::string text = m.tok->decode(ids);
     SCOPED_TRACE(text);
     EXPECT_EQ(stats.done_reason, "stop");

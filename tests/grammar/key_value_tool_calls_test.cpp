@@ -45,9 +45,11 @@ const char* kShape = R"({"type":"object","properties":{
 std::vector<std::string> glm_vocab() {
   std::vector<std::string> v = {"", ""};
   for (int c = 1; c < 128; c++) v.push_back(std::string(1, static_cast<char>(c)));
-  for (const char* t : {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>",
-                        "</", "</arg_value", "</arg", "null", "NULL", "Null", "\nnull", "null\n", "é", "search",
-                        "note", "shape", "query", "limit", "true", "false", "\\u003c", "\"<", "12:30", "circle"})
+  for (const char* t :
+       {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>", "</",
+        "</arg_value", "</arg",        "null",      "NULL",       "Null",        "\nnull",       "null\n",
+        "é",           "search",       "note",      "shape",      "query",       "limit",        "true",
+        "false",       "\\u003c",      "\"<",       "12:30",      "circle"})
     v.push_back(t);
   return v;
 }
@@ -100,18 +102,21 @@ std::vector<chat::ToolCall> parse(const std::vector<chat::Tool>& tools, const st
 
 std::string call(const std::string& name, const std::vector<std::pair<std::string, std::string>>& args) {
   std::string s = "<tool_call>" + name;
-  for (const auto& [k, v] : args) s.append("<arg_key>").append(k).append("</arg_key><arg_value>").append(v).append("</arg_value>");
+  for (const auto& [k, v] : args)
+    s.append("<arg_key>").append(k).append("</arg_key><arg_value>").append(v).append("</arg_value>");
   return s + "</tool_call>";
 }
 
 TEST(KeyValueToolCalls, LanguageFollowsTheSchemaAndTheParser) {
   Fixture f = make({{"search", kSearch}});
   EXPECT_TRUE(accepts(f, call("search", {{"query", "cats"}})));
-  EXPECT_TRUE(accepts(f, call("search", {{"query", "a < b </b> </arg_valu"}, {"limit", "20"}, {"lang", "fr"},
-                                         {"safe", "true"}})));
+  EXPECT_TRUE(accepts(
+      f, call("search",
+              {{"query", "a < b </b> </arg_valu"}, {"limit", "20"}, {"lang", "fr"}, {"safe", "true"}})));
   EXPECT_TRUE(accepts(f, call("search", {{"query", "nulls"}})));
   EXPECT_TRUE(accepts(f, call("search", {{"query", "\nnull x"}})));
-  EXPECT_TRUE(accepts(f, "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>x</arg_value>\n</tool_call>"));
+  EXPECT_TRUE(
+      accepts(f, "<tool_call>search\n<arg_key>query</arg_key>\n<arg_value>x</arg_value>\n</tool_call>"));
   // Two calls, set apart by a newline.
   EXPECT_TRUE(accepts(f, call("search", {{"query", "a"}}) + "\n" + call("search", {{"query", "b"}})));
   // Strings reading "null" would come back as null.
@@ -132,12 +137,16 @@ TEST(KeyValueToolCalls, LanguageFollowsTheSchemaAndTheParser) {
                               call("search", {{"query", "a"}})));  // at most two calls
 
   Fixture n = make({{"note", kNote}});
-  EXPECT_TRUE(accepts(n, call("note", {{"text", "hi"}, {"tags", "[\"a\",\"bc\"]"}, {"due", "12:30"},
-                                       {"score", "0.5"}, {"meta", "{\"k\":\"v\\u003c\"}"}})));
+  EXPECT_TRUE(accepts(n, call("note", {{"text", "hi"},
+                                       {"tags", "[\"a\",\"bc\"]"},
+                                       {"due", "12:30"},
+                                       {"score", "0.5"},
+                                       {"meta", "{\"k\":\"v\\u003c\"}"}})));
   EXPECT_TRUE(accepts(n, call("note", {{"text", ""}, {"due", "null"}, {"meta", "{\"k\":\"\"}"}})));
   EXPECT_FALSE(accepts(n, call("note", {{"text", "toolong!"}, {"meta", "{\"k\":\"\"}"}})));
-  EXPECT_FALSE(accepts(n, call("note", {{"text", "Null"}, {"meta", "{\"k\":\"\"}"}})));  // bounded, still no null
-  EXPECT_FALSE(accepts(n, call("note", {{"text", "a<b"}, {"meta", "{\"k\":\"\"}"}})));   // bounded raw: no '<'
+  EXPECT_FALSE(
+      accepts(n, call("note", {{"text", "Null"}, {"meta", "{\"k\":\"\"}"}})));  // bounded, still no null
+  EXPECT_FALSE(accepts(n, call("note", {{"text", "a<b"}, {"meta", "{\"k\":\"\"}"}})));  // bounded raw: no '<'
   EXPECT_FALSE(accepts(n, call("note", {{"text", "a"}, {"meta", "{\"k\":\"<\"}"}})));   // '<' escaped in JSON
   EXPECT_FALSE(accepts(n, call("note", {{"text", "a"}, {"due", "1230"}, {"meta", "{\"k\":\"\"}"}})));
 }
@@ -145,12 +154,16 @@ TEST(KeyValueToolCalls, LanguageFollowsTheSchemaAndTheParser) {
 TEST(KeyValueToolCalls, SpecialTokenMarkers) {
   std::vector<std::string> vocab = glm_vocab();
   const int32_t first = static_cast<int32_t>(vocab.size());
-  for (const char* m : {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"})
+  for (const char* m :
+       {"<tool_call>", "</tool_call>", "<arg_key>", "</arg_key>", "<arg_value>", "</arg_value>"})
     vocab.push_back(TokenVocab::special_bytes(m));
   ToolCallSyntax syn;
-  for (auto [field, m] : {std::pair<std::string*, const char*>{&syn.open, "<tool_call>"}, {&syn.close, "</tool_call>"},
-                          {&syn.key_open, "<arg_key>"}, {&syn.key_close, "</arg_key>"},
-                          {&syn.value_open, "<arg_value>"}, {&syn.value_close, "</arg_value>"}})
+  for (auto [field, m] : {std::pair<std::string*, const char*>{&syn.open, "<tool_call>"},
+                          {&syn.close, "</tool_call>"},
+                          {&syn.key_open, "<arg_key>"},
+                          {&syn.key_close, "</arg_key>"},
+                          {&syn.value_open, "<arg_value>"},
+                          {&syn.value_close, "</arg_value>"}})
     *field = TokenVocab::special_bytes(m);
   Fixture f = make({{"search", kSearch}}, 1, syn, vocab);
   Matcher m(f.cg, {1});
@@ -206,7 +219,8 @@ TEST(KeyValueToolCalls, RandomCallsParseToValidArguments) {
     for (const auto& c : calls) {
       ASSERT_TRUE(schemas.count(c.name)) << c.name;
       seen[c.name]++;
-      if (c.name == "search" && c.arguments["query"].get<std::string>().find("</") != std::string::npos) with_lt++;
+      if (c.name == "search" && c.arguments["query"].get<std::string>().find("</") != std::string::npos)
+        with_lt++;
       EXPECT_TRUE(schema_check::valid(c.arguments, schemas[c.name], schemas[c.name]))
           << c.name << " " << c.arguments.dump();
     }
@@ -217,10 +231,12 @@ TEST(KeyValueToolCalls, RandomCallsParseToValidArguments) {
 
 TEST(KeyValueToolCalls, ValuesOfEveryKindReadBackExactly) {
   Fixture f = make({{"note", kNote}, {"shape", kShape}});
-  const std::string text =
-      call("note", {{"text", "a b"}, {"tags", "[\"x\"]"}, {"due", "null"}, {"score", "1"},
-                    {"meta", "{\"k\": \"\\u003c\"}"}}) +
-      call("shape", {{"shape", "{\"kind\":\"square\",\"side\":4}"}, {"label", "null"}});
+  const std::string text = call("note", {{"text", "a b"},
+                                         {"tags", "[\"x\"]"},
+                                         {"due", "null"},
+                                         {"score", "1"},
+                                         {"meta", "{\"k\": \"\\u003c\"}"}}) +
+                           call("shape", {{"shape", "{\"kind\":\"square\",\"side\":4}"}, {"label", "null"}});
   ASSERT_TRUE(accepts(f, text));
   auto calls = parse(f.tools, text);
   ASSERT_EQ(calls.size(), 2u);
@@ -250,11 +266,12 @@ TEST(KeyValueToolCalls, SchemasTheParserCannotReadBackAreRefused) {
   refused(R"({"type":"object","properties":{"a":{"type":"string"}},"required":["b"]})", "\"b\"");
   refused(R"({"type":"object"})", "tool name", "bad name");
   // Accepted: what the parser reads back exactly.
-  for (const char* ok : {R"({"type":"object","properties":{"a":{"enum":["x", 1, null]}}})",
-                         R"({"type":"object","properties":{"a":{"$ref":"#/$defs/P"}},"$defs":{"P":{"type":"object"}}})",
-                         R"({"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]{5,}$"}}})",
-                         R"({"type":"object","properties":{"a":{"type":"string","format":"date"}}})",
-                         R"({"type":"object","properties":{"a":{"type":["integer","null"]}}})", "null"})
+  for (const char* ok :
+       {R"({"type":"object","properties":{"a":{"enum":["x", 1, null]}}})",
+        R"({"type":"object","properties":{"a":{"$ref":"#/$defs/P"}},"$defs":{"P":{"type":"object"}}})",
+        R"({"type":"object","properties":{"a":{"type":"string","pattern":"^[a-z]{5,}$"}}})",
+        R"({"type":"object","properties":{"a":{"type":"string","format":"date"}}})",
+        R"({"type":"object","properties":{"a":{"type":["integer","null"]}}})", "null"})
     EXPECT_NO_THROW(tool_call_grammar({{"t", ordered_json::parse(ok)}}, kGlmText, 1)) << ok;
 }
 

@@ -65,7 +65,8 @@ TEST(OneOf, ProvablyExclusiveAlternativesAreAccepted) {
             "");
   // Disjoint number ranges.
   EXPECT_TRUE(accepts(R"({"oneOf":[{"type":"integer","maximum":0},{"type":"integer","minimum":1}]})", "-3"));
-  EXPECT_TRUE(accepts(R"({"oneOf":[{"type":"number","exclusiveMaximum":0},{"type":"number","minimum":0}]})", "0"));
+  EXPECT_TRUE(
+      accepts(R"({"oneOf":[{"type":"number","exclusiveMaximum":0},{"type":"number","minimum":0}]})", "0"));
   // Different kinds of value.
   const char* kinds = R"({"oneOf":[{"type":"integer"},{"type":"string"},{"type":"null"},
                                    {"type":"array","items":{"type":"integer"}}]})";
@@ -109,9 +110,10 @@ TEST(OneOf, OverlappingAlternativesAreRefusedSayingWhy) {
   // anyOf with the same alternatives is fine: any match is valid.
   EXPECT_EQ(refusal(R"({"anyOf":[{"type":"number"},{"type":"integer"}]})"), "");
   // Nested: the pointer says where.
-  EXPECT_NE(refusal(R"({"type":"object","properties":{"v":{"oneOf":[{"type":"number"},{"type":"integer"}]}}})")
-                .find("#/properties/v"),
-            std::string::npos);
+  EXPECT_NE(
+      refusal(R"({"type":"object","properties":{"v":{"oneOf":[{"type":"number"},{"type":"integer"}]}}})")
+          .find("#/properties/v"),
+      std::string::npos);
 }
 
 }  // namespace

@@ -593,8 +593,11 @@ Expr pattern_content(std::string_view pattern, Encoding enc) {
 class SchemaCompiler {
  public:
   // Rules go into `g`; `prefix` keeps the rule names of several documents compiled into one grammar apart.
-  SchemaCompiler(const ordered_json& root, Grammar& g, std::string prefix = "", Encoding enc = Encoding::Json)
-      : root_(root), g_(g), prefix_(std::move(prefix)), enc_(enc) {}
+  SchemaCompiler(const ordered_json& root, Grammar& g, std::string prefix = "", Encoding enc = Encoding::Json,
+                 std::map<std::string, int>* shared_rules = nullptr)
+      : root_(root), g_(g), prefix_(std::move(prefix)), enc_(enc) {
+    if (shared_rules) shared_rules_ = shared_rules;
+  }
 
   int root_rule() { return rule_for(root_, "#"); }
   // The root (a tool's parameters) as key/value arguments in `syn`'s markers.
@@ -1532,21 +1535,22 @@ class SchemaCompiler {
     if (mx >= 0 && mx < mn) refuse(path, "maxLength is below minLength");
     if (mn > 1000 || mx > 1000) refuse_keyword(path, mn > 1000 ? "minLength" : "maxLength", "at most 1000");
     // Characters but '<' and '\n', mn..mx of them, except the words reading "null".
+    const Expr any = raw_chars(complement({{'\n', '\n'}, {'<', '<'}}));
     auto rest = [&](int64_t k, int64_t at_least) -> Expr {
       if (mx >= 0 && k + at_least > mx) return Expr::nothing();
-      return Expr::repeat(json_char(Encoding::Raw), static_cast<int>(std::max<int64_t>(at_least, mn - k)),
+      return Expr::repeat(any, static_cast<int>(std::max<int64_t>(at_least, mn - k)),
                           mx < 0 ? -1 : static_cast<int>(mx - k));
     };
-    auto but = [](char a) {
+    auto but = [&](char a) {
       const char b = static_cast<char>(a - 'a' + 'A');
-      return charset_expr(complement({{char32_t(a), char32_t(a)}, {char32_t(b), char32_t(b)}}),
-                          Encoding::Raw);
+      return raw_chars(
+          complement({{'\n', '\n'}, {'<', '<'}, {char32_t(a), char32_t(a)}, {char32_t(b), char32_t(b)}}));
     };
     auto either = [](char a) {
       return Expr::alt({Expr::byte(a), Expr::byte(static_cast<unsigned char>(a - 'a' + 'A'))});
     };
     const std::string word = "null";
-    Expr tail = Expr::seq({json_char(Encoding::Raw), rest(5, 0)});  // after "null": at least one more
+    Expr tail = Expr::seq({any, rest(5, 0)});  // after "null": at least one more
     for (int i = 3; i >= 0; i--) {
       std::vector<Expr> alts;
       if (i > 0 && mn <= i) alts.push_back(Expr::empty());
@@ -1558,6 +1562,36 @@ class SchemaCompiler {
       tail = Expr::alt(std::move(alts));
     }
     return tail;
+  }
+
+  // Raw UTF-8 characters of the set. Every non-ASCII character is one shared rule when the set holds them
+  // all, so the DFAs of the rules using it do not repeat the multi-byte states in each context.
+  Expr raw_chars(const Ranges& set) {
+    ByteSet ascii;
+    std::vector<Expr> alts;
+    const Ranges r = normalize(set);
+    bool all_high = false;
+    for (auto [lo, hi] : r) {
+      for (char32_t c = lo; c <= std::min<char32_t>(hi, 0x7F); c++) ascii.set(c);
+      if (hi >= 0x80 && lo <= 0x80 && hi >= kMaxCp) all_high = true;
+    }
+    if (all_high) {
+      auto known = shared_rules_->find("non-ASCII character");
+      if (known == shared_rules_->end()) {
+        std::vector<Expr> high;
+        utf8_ranges(0x80, kMaxCp, high);
+        known =
+            shared_rules_
+                ->emplace("non-ASCII character", g_.add("non-ASCII character", Expr::alt(std::move(high))))
+                .first;
+      }
+      alts.push_back(Expr::ref(known->second));
+    } else {
+      for (auto [lo, hi] : r)
+        if (hi >= 0x80) utf8_ranges(std::max<char32_t>(lo, 0x80), hi, alts);
+    }
+    if (ascii.any()) alts.push_back(Expr::bytes(ascii));
+    return Expr::alt(std::move(alts));
   }
 
   // Any text holding none of the markers `closes` (which start with one ASCII character found nowhere else
@@ -1573,9 +1607,7 @@ class SchemaCompiler {
     auto chars_but = [&](const std::set<char32_t>& ex) {
       Ranges r = {{char32_t(m0), char32_t(m0)}};
       for (char32_t c : ex) r.push_back({c, c});
-      std::vector<Expr> alts;
-      for (auto [lo, hi] : normalize(complement(r))) utf8_ranges(lo, hi, alts);
-      return Expr::alt(std::move(alts));
+      return raw_chars(complement(r));
     };
     // V: the first character and a proper prefix of a marker's rest; T: V then a character that neither
     // continues a marker nor starts one again. Text without the markers: (N | V* T)* V*.
@@ -1589,16 +1621,19 @@ class SchemaCompiler {
       ts.push_back(Expr::seq({Expr::lit(pre), chars_but(cont)}));
     }
     Expr V = Expr::alt(vs), T = Expr::alt(ts);
+    // Three rules shared by every string value of the grammar (each node of a rule accepting text costs a
+    // walk over the vocabulary when the grammar is compiled): the text, the text starting with the markers'
+    // first character, and the value (the text minus what reads as null).
     const std::string key = fmt::format("raw text without {}", fmt::join(closes, " "));
-    auto known = raw_text_.find(key);
-    if (known == raw_text_.end())
-      known = raw_text_
-                  .emplace(key, g_.add(key, Expr::seq({Expr::star(Expr::alt(
-                                                           {chars_but({}), Expr::seq({Expr::star(V), T})})),
-                                                       Expr::star(V)})))
-                  .first;
-    Expr L = Expr::ref(known->second);
-    Expr starts_marker = Expr::alt({Expr::seq({Expr::star(V), T, L}), Expr::plus(V)});
+    if (auto known = shared_rules_->find(key + " (value)"); known != shared_rules_->end())
+      return Expr::ref(known->second);
+    const int text = g_.add(
+        key,
+        Expr::seq({Expr::star(Expr::alt({chars_but({}), Expr::seq({Expr::star(V), T})})), Expr::star(V)}));
+    Expr L = Expr::ref(text);
+    const int lt = g_.add(key + " (from its first character)",
+                          Expr::alt({Expr::seq({Expr::star(V), T, L}), Expr::plus(V)}));
+    Expr starts_marker = Expr::ref(lt);
     auto but = [&](std::initializer_list<char32_t> ex) { return Expr::seq({chars_but(ex), L}); };
     auto either = [](char a) {
       return Expr::alt({Expr::byte(a), Expr::byte(static_cast<unsigned char>(a - 'a' + 'A'))});
@@ -1611,8 +1646,11 @@ class SchemaCompiler {
     Expr r2 = Expr::alt({Expr::empty(), but({'l', 'L'}), starts_marker, Expr::seq({either('l'), r3})});
     Expr r1 = Expr::alt({Expr::empty(), but({'u', 'U'}), starts_marker, Expr::seq({either('u'), r2})});
     Expr after_nl = Expr::alt({Expr::empty(), but({'n', 'N'}), starts_marker, Expr::seq({either('n'), r1})});
-    return Expr::alt({Expr::empty(), but({'\n', 'n', 'N'}), starts_marker,
-                      Expr::seq({Expr::byte('\n'), after_nl}), Expr::seq({either('n'), r1})});
+    const int value = g_.add(
+        key + " (value)", Expr::alt({Expr::empty(), but({'\n', 'n', 'N'}), starts_marker,
+                                     Expr::seq({Expr::byte('\n'), after_nl}), Expr::seq({either('n'), r1})}));
+    (*shared_rules_)[key + " (value)"] = value;
+    return Expr::ref(value);
   }
 
   static const std::map<std::string, std::string>& formats() {
@@ -1645,7 +1683,9 @@ class SchemaCompiler {
   Encoding enc_ = Encoding::Json;
   std::map<std::string, int> rules_;
   int string_ = -1, value_ = -1, any_object_ = -1;
-  std::map<std::string, int> raw_text_;
+  // Rules the compilers of one grammar share (raw text values), by name.
+  std::map<std::string, int> own_shared_rules_;
+  std::map<std::string, int>* shared_rules_ = &own_shared_rules_;
   static constexpr int kMaxDepth = 64;
   int depth_ = 0;
 };
@@ -1678,6 +1718,7 @@ Grammar tool_call_grammar(const std::vector<ToolSpec>& tools, const ToolCallSynt
   Grammar g;
   std::vector<Expr> calls;
   const bool key_values = !syntax.key_open.empty();
+  std::map<std::string, int> shared;
   if (key_values && (syntax.key_close.empty() || syntax.value_open.empty() || syntax.value_close.empty()))
     throw InvalidInput("key/value tool-call arguments need all four markers");
   for (size_t i = 0; i < tools.size(); i++) {
@@ -1692,7 +1733,7 @@ Grammar tool_call_grammar(const std::vector<ToolSpec>& tools, const ToolCallSynt
                       "be non-empty, without whitespace, '<' or '>')",
                       name));
     SchemaCompiler c(params, g, fmt::format("tool {} ", name),
-                     key_values ? Encoding::JsonNoLt : Encoding::Json);
+                     key_values ? Encoding::JsonNoLt : Encoding::Json, &shared);
     Expr args;
     try {
       args = key_values ? c.root_key_values(syntax) : Expr::ref(c.root_rule());

@@ -22,7 +22,8 @@ using detail::lstrip;
 using detail::rstrip;
 using detail::strip;
 
-// Declared JSON-schema types of one parameter (lower case), empty when unknown.
+// Declared JSON-schema types of one parameter (lower case), empty when unknown. The tool-call grammar
+// (grammar/json_schema.cpp, declared_types) reads them the same way to write values this parser reads back.
 std::vector<std::string> param_types(const std::vector<Tool>& tools, const std::string& fn, const std::string& key) {
   std::vector<std::string> out;
   for (const Tool& t : tools) {

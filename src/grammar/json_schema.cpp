@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <map>
 #include <optional>
 #include <set>
@@ -101,6 +102,11 @@ void utf8_ranges(char32_t lo, char32_t hi, std::vector<Expr>& out) {
   out.push_back(Expr::seq(std::move(seq)));
 }
 
+// How string characters are written: as in a JSON string; as in a JSON string with '<' always escaped (so no
+// text marker, which starts with '<', can appear inside); or raw UTF-8 without '<' and '\n' (a value in a
+// format that is not JSON, where those characters could open a marker or be trimmed as formatting).
+enum class Encoding { Json, JsonNoLt, Raw };
+
 Expr hex_digit() {
   ByteSet s;
   for (char c : std::string("0123456789abcdefABCDEF")) s.set(static_cast<unsigned char>(c));
@@ -108,7 +114,9 @@ Expr hex_digit() {
 }
 
 // One character of a JSON string, written as JSON would: escaped when it must be.
-Expr encoded_char(char32_t c) {
+Expr encoded_char(char32_t c, Encoding enc = Encoding::Json) {
+  if (c == '<' && enc == Encoding::JsonNoLt)
+    return Expr::seq({Expr::lit("\\u003"), Expr::alt({Expr::byte('c'), Expr::byte('C')})});
   switch (c) {
     case '"':
       return Expr::lit("\\\"");
@@ -138,16 +146,19 @@ Expr encoded_char(char32_t c) {
   return Expr::lit(utf8(c));
 }
 
-// Any character of the set, JSON-encoded.
-Expr charset_expr(const Ranges& r) {
+// Any character of the set, encoded as `enc` says.
+Expr charset_expr(const Ranges& r, Encoding enc = Encoding::Json) {
   ByteSet ascii;
   std::vector<Expr> alts;
   for (auto [lo, hi] : normalize(r)) {
     for (char32_t c = lo; c <= std::min<char32_t>(hi, 0x7F); c++) {
-      if (c == '"' || c == '\\' || c < 0x20)
-        alts.push_back(encoded_char(c));
-      else
+      if (enc == Encoding::Raw) {
+        if (c != '<' && c != '\n') ascii.set(c);
+      } else if (c == '"' || c == '\\' || c < 0x20 || (c == '<' && enc == Encoding::JsonNoLt)) {
+        alts.push_back(encoded_char(c, enc));
+      } else {
         ascii.set(c);
+      }
     }
     if (hi >= 0x80) utf8_ranges(std::max<char32_t>(lo, 0x80), hi, alts);
   }
@@ -156,8 +167,10 @@ Expr charset_expr(const Ranges& r) {
 }
 
 // Any JSON string character, escapes included (no \u escapes of surrogates, so each unit is one character).
-Expr json_char() {
-  Expr raw = charset_expr({{0x20, kMaxCp}});  // '"' and '\' come out escaped
+// Raw: any character but '<' and '\n'.
+Expr json_char(Encoding enc = Encoding::Json) {
+  if (enc == Encoding::Raw) return charset_expr({{0, kMaxCp}}, enc);
+  Expr raw = charset_expr({{0x20, kMaxCp}}, enc);  // '"' and '\' come out escaped
   ByteSet simple;
   for (char c : std::string("\"\\/bfnrt")) simple.set(static_cast<unsigned char>(c));
   ByteSet not_d;
@@ -177,7 +190,7 @@ Expr json_char() {
 
 class RegexParser {
  public:
-  RegexParser(std::string_view pattern) : src_(pattern) {
+  RegexParser(std::string_view pattern, Encoding enc = Encoding::Json) : src_(pattern), enc_(enc) {
     for (size_t i = 0; i < pattern.size();) {
       unsigned char c = pattern[i];
       int n = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 1;
@@ -417,11 +430,11 @@ class RegexParser {
         return e;
       }
       case '[':
-        return charset_expr(char_class());
+        return charset_expr(char_class(), enc_);
       case '.':
-        return charset_expr(complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}));
+        return charset_expr(complement({{'\n', '\n'}, {'\r', '\r'}, {0x2028, 0x2029}}), enc_);
       case '\\':
-        return charset_expr(escape(false));
+        return charset_expr(escape(false), enc_);
       case '*':
       case '+':
       case '?':
@@ -429,11 +442,12 @@ class RegexParser {
       case ')':
         fail_at("unbalanced ')'");
       default:
-        return charset_expr({{c, c}});
+        return charset_expr({{c, c}}, enc_);
     }
   }
 
   std::string src_;
+  Encoding enc_;
   std::vector<char32_t> cps_;
   size_t pos_ = 0;
   bool end_anchor_ = false;
@@ -566,13 +580,28 @@ std::string escape_pointer(const std::string& s) {
   return o;
 }
 
+// The content of a string matching the regular expression `pattern` (unanchored unless it starts with ^ /
+// ends with $), its characters encoded as `enc` says.
+Expr pattern_content(std::string_view pattern, Encoding enc) {
+  RegexParser p(pattern, enc);
+  bool a_start = false, a_end = false;
+  Expr e = p.parse(a_start, a_end);
+  return Expr::seq({a_start ? Expr::empty() : Expr::star(json_char(enc)), std::move(e),
+                    a_end ? Expr::empty() : Expr::star(json_char(enc))});
+}
+
 class SchemaCompiler {
  public:
   // Rules go into `g`; `prefix` keeps the rule names of several documents compiled into one grammar apart.
-  SchemaCompiler(const ordered_json& root, Grammar& g, std::string prefix = "")
-      : root_(root), g_(g), prefix_(std::move(prefix)) {}
+  SchemaCompiler(const ordered_json& root, Grammar& g, std::string prefix = "", Encoding enc = Encoding::Json,
+                 std::map<std::string, int>* shared_rules = nullptr)
+      : root_(root), g_(g), prefix_(std::move(prefix)), enc_(enc) {
+    if (shared_rules) shared_rules_ = shared_rules;
+  }
 
   int root_rule() { return rule_for(root_, "#"); }
+  // The root (a tool's parameters) as key/value arguments in `syn`'s markers.
+  Expr root_key_values(const ToolCallSyntax& syn) { return key_value_arguments(syn); }
 
   Expr ws() {
     return Expr::alt({Expr::empty(), Expr::byte(' '),
@@ -583,7 +612,7 @@ class SchemaCompiler {
 
   int string_rule() {
     if (string_ < 0)
-      string_ = g_.add("string", Expr::seq({Expr::byte('"'), Expr::star(json_char()), Expr::byte('"')}));
+      string_ = g_.add("string", Expr::seq({Expr::byte('"'), Expr::star(json_char(enc_)), Expr::byte('"')}));
     return string_;
   }
   Expr number(bool integer) {
@@ -673,7 +702,274 @@ class SchemaCompiler {
     return *cur;
   }
 
-  Expr literal(const ordered_json& v) { return Expr::lit(v.dump()); }
+  static bool has_type(const std::vector<std::string>& types, const ordered_json& v) {
+    if (types.empty()) return true;
+    for (const auto& t : types) {
+      if ((t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
+          (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
+          (t == "object" && v.is_object()) || (t == "array" && v.is_array()) ||
+          (t == "integer" && v.is_number() && std::floor(v.get<double>()) == v.get<double>()))
+        return true;
+    }
+    return false;
+  }
+  // The "type" keyword's names (empty when absent or malformed; schema_expr refuses the malformed ones).
+  static std::vector<std::string> type_names(const ordered_json& s) {
+    std::vector<std::string> types;
+    auto it = s.find("type");
+    if (it == s.end()) return types;
+    if (it->is_string()) types.push_back(it->get<std::string>());
+    if (it->is_array())
+      for (const auto& t : *it)
+        if (t.is_string()) types.push_back(t.get<std::string>());
+    return types;
+  }
+
+  // ------------------------------------------------------------ what values a schema can match
+
+  // Kinds of JSON values, as bits. Integers and other numbers are apart: "number" admits both, so it
+  // overlaps "integer".
+  static constexpr unsigned kNull = 1, kBool = 2, kInt = 4, kFrac = 8, kString = 16, kArray = 32,
+                            kObject = 64, kAll = 127;
+  static unsigned kind_of(const ordered_json& v) {
+    if (v.is_null()) return kNull;
+    if (v.is_boolean()) return kBool;
+    if (v.is_number()) return std::floor(v.get<double>()) == v.get<double>() ? kInt : kFrac;
+    if (v.is_string()) return kString;
+    if (v.is_array()) return kArray;
+    return kObject;
+  }
+  static unsigned type_kinds(const std::string& t) {
+    if (t == "null") return kNull;
+    if (t == "boolean") return kBool;
+    if (t == "integer") return kInt;
+    if (t == "number") return kInt | kFrac;
+    if (t == "string") return kString;
+    if (t == "array") return kArray;
+    if (t == "object") return kObject;
+    return kAll;
+  }
+  static std::string kind_names(unsigned k) {
+    static const char* names[] = {"null",    "booleans", "integers", "fractional numbers",
+                                  "strings", "arrays",   "objects"};
+    std::string out;
+    for (int i = 0; i < 7; i++)
+      if (k & (1u << i)) {
+        if (!out.empty()) out.append(", ");
+        out.append(names[i]);
+      }
+    return out;
+  }
+
+  // Follows $ref and a lone allOf (what schema_expr compiles as the schema itself); nullptr when the chain
+  // is too long to be anything but a cycle.
+  const ordered_json* deref(const ordered_json& s, const std::string& path) {
+    const ordered_json* cur = &s;
+    for (int i = 0; i < kMaxDepth; i++) {
+      if (!cur->is_object()) return cur;
+      if (auto it = cur->find("$ref"); it != cur->end() && it->is_string()) {
+        std::string target;
+        cur = &resolve(it->get<std::string>(), path, target);
+      } else if (auto a = cur->find("allOf"); a != cur->end() && a->is_array() && a->size() == 1) {
+        cur = &(*a)[0];
+      } else {
+        return cur;
+      }
+    }
+    return nullptr;
+  }
+
+  // The values a schema admits when it is a finite set (const, enum, or unions of them); nullopt otherwise.
+  std::optional<std::vector<ordered_json>> literals(const ordered_json& schema, const std::string& path,
+                                                    int depth = 0) {
+    const ordered_json* s = deref(schema, path);
+    if (!s || !s->is_object() || depth > kMaxDepth) return std::nullopt;
+    const auto types = type_names(*s);
+    if (auto it = s->find("const"); it != s->end()) {
+      if (!has_type(types, *it)) return std::vector<ordered_json>{};
+      return std::vector<ordered_json>{*it};
+    }
+    if (auto it = s->find("enum"); it != s->end() && it->is_array()) {
+      std::vector<ordered_json> out;
+      for (const auto& v : *it)
+        if (has_type(types, v)) out.push_back(v);
+      return out;
+    }
+    for (const char* k : {"anyOf", "oneOf"})
+      if (auto it = s->find(k); it != s->end() && it->is_array()) {
+        std::vector<ordered_json> out;
+        for (const auto& alt : *it) {
+          auto l = literals(alt, path, depth + 1);
+          if (!l) return std::nullopt;
+          out.insert(out.end(), l->begin(), l->end());
+        }
+        return out;
+      }
+    return std::nullopt;
+  }
+
+  // The kinds of value a schema admits (a superset when in doubt).
+  unsigned kinds(const ordered_json& schema, const std::string& path, int depth = 0) {
+    const ordered_json* s = deref(schema, path);
+    if (!s || depth > kMaxDepth) return kAll;
+    if (s->is_boolean()) return s->get<bool>() ? kAll : 0;
+    if (!s->is_object()) return kAll;
+    if (auto l = literals(*s, path, depth)) {
+      unsigned k = 0;
+      for (const auto& v : *l) k |= kind_of(v);
+      return k;
+    }
+    for (const char* key : {"anyOf", "oneOf"})
+      if (auto it = s->find(key); it != s->end() && it->is_array()) {
+        unsigned k = 0;
+        for (const auto& alt : *it) k |= kinds(alt, path, depth + 1);
+        return k;
+      }
+    unsigned k = 0;
+    for (const auto& t : type_names(*s)) k |= type_kinds(t);
+    if (k) return k;
+    // No type: what schema_expr infers from the keywords.
+    if (s->contains("properties") || s->contains("required") || s->contains("additionalProperties"))
+      k |= kObject;
+    if (s->contains("items") || s->contains("prefixItems")) k |= kArray;
+    if (s->contains("pattern") || s->contains("format") || s->contains("minLength") ||
+        s->contains("maxLength"))
+      k |= kString;
+    if (s->contains("minimum") || s->contains("maximum") || s->contains("exclusiveMinimum") ||
+        s->contains("exclusiveMaximum"))
+      k |= kInt | kFrac;
+    return k ? k : kAll;
+  }
+
+  static bool disjoint(const std::vector<ordered_json>& a, const std::vector<ordered_json>& b) {
+    for (const auto& x : a)
+      for (const auto& y : b)
+        if (x == y) return false;
+    return true;
+  }
+
+  // Why no value can match both schemas, or nullopt with `overlap` saying what both admit when that cannot
+  // be shown: different kinds of value, different literal sets, or (objects) a property both require with
+  // different const / enum values (a discriminator).
+  bool exclusive(const ordered_json& a, const ordered_json& b, const std::string& path,
+                 std::string& overlap) {
+    const unsigned ka = kinds(a, path), kb = kinds(b, path), both = ka & kb;
+    if (!both) return true;
+    auto la = literals(a, path), lb = literals(b, path);
+    if (la && lb) {
+      if (disjoint(*la, *lb)) return true;
+      overlap = "both admit the same value";
+      return false;
+    }
+    if (both == kObject) {
+      const ordered_json *sa = deref(a, path), *sb = deref(b, path);
+      if (sa && sb && sa->is_object() && sb->is_object()) {
+        auto required = [](const ordered_json& s) {
+          std::set<std::string> r;
+          if (auto it = s.find("required"); it != s.end() && it->is_array())
+            for (const auto& x : *it)
+              if (x.is_string()) r.insert(x.get<std::string>());
+          return r;
+        };
+        auto prop = [](const ordered_json& s, const std::string& name) -> const ordered_json* {
+          auto p = s.find("properties");
+          if (p == s.end() || !p->is_object() || !p->contains(name)) return nullptr;
+          return &(*p)[name];
+        };
+        const auto ra = required(*sa), rb = required(*sb);
+        // A property one side requires, declared by both with disjoint const/enum values: a value of that
+        // side has it with one of its values, which the other side does not allow.
+        std::set<std::string> either = ra;
+        either.insert(rb.begin(), rb.end());
+        for (const auto& name : either) {
+          const ordered_json *pa = prop(*sa, name), *pb = prop(*sb, name);
+          if (!pa || !pb) continue;
+          auto va = literals(*pa, path), vb = literals(*pb, path);
+          if (va && vb && disjoint(*va, *vb)) return true;
+        }
+        // What vatic writes for one side never matches the other: it holds a required property the other
+        // forbids (undeclared under additionalProperties false), or it lacks a property the other requires
+        // (the side writes no undeclared properties). Only for plain object schemas, whose output is that.
+        auto plain = [](const ordered_json& s) {
+          return !s.contains("anyOf") && !s.contains("oneOf") && !s.contains("enum") && !s.contains("const");
+        };
+        auto writes_extras = [](const ordered_json& s) {
+          auto it = s.find("additionalProperties");
+          return it != s.end() && !(it->is_boolean() && !it->get<bool>());
+        };
+        auto never_matches = [&](const ordered_json& x, const std::set<std::string>& rx,
+                                 const ordered_json& y, const std::set<std::string>& ry) {
+          for (const auto& name : rx) {
+            auto it = y.find("additionalProperties");
+            if (it != y.end() && it->is_boolean() && !it->get<bool>() && !prop(y, name)) return true;
+          }
+          if (!writes_extras(x))
+            for (const auto& name : ry)
+              if (!prop(x, name) && !rx.count(name)) return true;
+          return false;
+        };
+        if (plain(*sa) && plain(*sb) && never_matches(*sa, ra, *sb, rb) && never_matches(*sb, rb, *sa, ra))
+          return true;
+      }
+      overlap =
+          "both admit objects, and neither a property both require with different const/enum values nor "
+          "a required property the other cannot have tells them apart";
+      return false;
+    }
+    if ((both & ~(kInt | kFrac)) == 0) {  // numbers only: disjoint ranges
+      const ordered_json *sa = deref(a, path), *sb = deref(b, path);
+      if (sa && sb && sa->is_object() && sb->is_object() && !sa->contains("anyOf") &&
+          !sa->contains("oneOf") && !sb->contains("anyOf") && !sb->contains("oneOf")) {
+        struct Range {
+          double lo = -std::numeric_limits<double>::infinity(), hi = std::numeric_limits<double>::infinity();
+          bool lo_x = false, hi_x = false;
+        };
+        auto range = [&](const ordered_json& s) {
+          Range r;
+          if (auto v = num(s, "minimum", path)) r.lo = *v;
+          if (auto v = num(s, "exclusiveMinimum", path); v && *v >= r.lo) r.lo = *v, r.lo_x = true;
+          if (auto v = num(s, "maximum", path)) r.hi = *v;
+          if (auto v = num(s, "exclusiveMaximum", path); v && *v <= r.hi) r.hi = *v, r.hi_x = true;
+          return r;
+        };
+        const Range x = range(*sa), y = range(*sb);
+        auto below = [](const Range& p, const Range& q) {
+          return p.hi < q.lo || (p.hi == q.lo && (p.hi_x || q.lo_x));
+        };
+        if (below(x, y) || below(y, x)) return true;
+      }
+    }
+    overlap = fmt::format("both admit {}", kind_names(both));
+    return false;
+  }
+
+  // oneOf is compiled as anyOf, which is exact only when no value matches two alternatives.
+  void check_one_of(const ordered_json& alts, const std::string& path) {
+    for (size_t i = 0; i < alts.size(); i++)
+      for (size_t j = i + 1; j < alts.size(); j++) {
+        std::string overlap;
+        if (!exclusive(alts[i], alts[j], path, overlap))
+          refuse(path, fmt::format("\"oneOf\" is supported only when its alternatives exclude each other "
+                                   "(different types, different const/enum values, or objects told apart "
+                                   "by a required property with different const/enum values); alternatives "
+                                   "{} and {} may match the same value ({}); anyOf accepts either",
+                                   i, j, overlap));
+      }
+  }
+
+  Expr literal(const ordered_json& v) { return Expr::lit(json_text(v)); }
+  // JSON text of `v`; '<' (only ever inside strings) escaped when the encoding asks for it.
+  std::string json_text(const ordered_json& v) const {
+    std::string t = v.dump(), out;
+    if (enc_ != Encoding::JsonNoLt) return t;
+    for (char c : t) {
+      if (c == '<')
+        out.append("\\u003c");
+      else
+        out.push_back(c);
+    }
+    return out;
+  }
 
   static bool has_constraints(const ordered_json& s, std::initializer_list<const char*> except) {
     for (auto it = s.begin(); it != s.end(); ++it) {
@@ -728,6 +1024,7 @@ class SchemaCompiler {
         refuse(path, fmt::format("{} must be a non-empty array of schemas", k));
       if (has_constraints(s, {k}))
         refuse(path, fmt::format("{} next to other constraints is not supported", k));
+      if (std::string_view(k) == "oneOf") check_one_of(*it, path);
       std::vector<Expr> alts;
       for (size_t i = 0; i < it->size(); i++)
         alts.push_back(Expr::ref(rule_for((*it)[i], fmt::format("{}/{}/{}", path, k, i))));
@@ -750,17 +1047,7 @@ class SchemaCompiler {
             t != "object" && t != "array")
           refuse(path, fmt::format("unknown type \"{}\"", t));
     }
-    auto type_ok = [&](const ordered_json& v) {
-      if (types.empty()) return true;
-      for (const auto& t : types) {
-        if ((t == "string" && v.is_string()) || (t == "number" && v.is_number()) ||
-            (t == "boolean" && v.is_boolean()) || (t == "null" && v.is_null()) ||
-            (t == "object" && v.is_object()) || (t == "array" && v.is_array()) ||
-            (t == "integer" && v.is_number() && std::floor(v.get<double>()) == v.get<double>()))
-          return true;
-      }
-      return false;
-    };
+    auto type_ok = [&](const ordered_json& v) { return has_type(types, v); };
     if (auto it = s.find("const"); it != s.end()) {
       if (!type_ok(*it)) refuse(path, "const does not have the schema's type");
       return literal(*it);
@@ -805,38 +1092,26 @@ class SchemaCompiler {
     if (has_pattern) {
       if (!s["pattern"].is_string()) refuse(path, "pattern must be a string");
       return Expr::seq(
-          {Expr::byte('"'), regex_string_content(g_, s["pattern"].get<std::string>()), Expr::byte('"')});
+          {Expr::byte('"'), pattern_content(s["pattern"].get<std::string>(), enc_), Expr::byte('"')});
     }
     if (has_format) {
       if (!s["format"].is_string()) refuse(path, "format must be a string");
       const std::string f = s["format"].get<std::string>();
-      static const std::map<std::string, std::string> formats = {
-          {"date", kDate},
-          {"time", kTime},
-          {"date-time", std::string(kDate) + "T" + kTime},
-          {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
-          // Bounded (a local part of at most three dot-separated atoms, at most three domain labels), so a
-          // model cannot wander inside an address.
-          {"email",
-           "[a-zA-Z0-9_+-]{1,32}(?:\\.[a-zA-Z0-9_+-]{1,32}){0,2}@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,20}[a-zA-Z0-"
-           "9])?\\.){1,3}"
-           "[a-zA-Z]{2,12}"},
-          {"ipv4",
-           "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"},
-      };
-      auto it = formats.find(f);
-      if (it == formats.end())
+      const auto& fm = formats();
+      auto it = fm.find(f);
+      if (it == fm.end())
         refuse(
             path,
             fmt::format(
                 "format \"{}\" is not supported (supported: date, time, date-time, uuid, email, ipv4)", f));
-      return Expr::seq({Expr::byte('"'), regex_string_content(g_, "^" + it->second + "$"), Expr::byte('"')});
+      return Expr::seq({Expr::byte('"'), pattern_content("^" + it->second + "$", enc_), Expr::byte('"')});
     }
     if (!min_len && !max_len) return Expr::ref(string_rule());
     const int64_t mn = min_len.value_or(0), mx = max_len ? *max_len : -1;
     if (mx >= 0 && mx < mn) refuse(path, "maxLength is below minLength");
     if (mn > 1000 || mx > 1000) refuse_keyword(path, mn > 1000 ? "minLength" : "maxLength", "at most 1000");
-    return Expr::seq({Expr::byte('"'), Expr::repeat(json_char(), static_cast<int>(mn), static_cast<int>(mx)),
+    return Expr::seq({Expr::byte('"'),
+                      Expr::repeat(json_char(enc_), static_cast<int>(mn), static_cast<int>(mx)),
                       Expr::byte('"')});
   }
 
@@ -936,7 +1211,7 @@ class SchemaCompiler {
     if (auto v = count(s, "maxProperties", path); v && (extra >= 0 || static_cast<size_t>(*v) < props.size()))
       refuse_keyword(path, "maxProperties", "only when the declared properties satisfy it");
     auto key = [&](const std::string& name) {
-      return Expr::seq({Expr::lit(ordered_json(name).dump()), ws(), Expr::byte(':'), ws()});
+      return Expr::seq({Expr::lit(json_text(ordered_json(name))), ws(), Expr::byte(':'), ws()});
     };
     Expr extra_pair =
         extra >= 0 ? Expr::seq({Expr::ref(string_rule()), ws(), Expr::byte(':'), ws(), Expr::ref(extra)})
@@ -1011,6 +1286,390 @@ class SchemaCompiler {
     return Expr::seq({Expr::byte('['), ws(), mn > 0 ? content : Expr::opt(content), Expr::byte(']')});
   }
 
+  // ------------------------------------------------------------ key/value arguments (GLM-4.7)
+
+  // The arguments of a tool whose parameters schema is the root, as key/value elements:
+  // (KEY_OPEN key KEY_CLOSE VALUE_OPEN value VALUE_CLOSE)* in the schema's property order, each required
+  // property once, each optional one at most once. The chat parser (chat/glm47.cpp) types a value by the
+  // property's declared types: raw text when "string" is one of them, JSON otherwise; values are written so
+  // that it reads back exactly the value the grammar chose.
+  Expr key_value_arguments(const ToolCallSyntax& syn) {
+    const std::string path = "#";
+    const ordered_json& p = root_;
+    if (!p.is_object()) refuse(path, "tool parameters must be an object schema");
+    for (auto it = p.begin(); it != p.end(); ++it) {
+      const std::string& k = it.key();
+      if (annotations().count(k) || k == "type" || k == "properties" || k == "required" ||
+          k == "additionalProperties")
+        continue;
+      refuse_keyword(path, k, "at the top of tool parameters in GLM-4.7's tool-call format");
+    }
+    if (auto t = p.find("type"); t != p.end() && !(t->is_string() && t->get<std::string>() == "object"))
+      refuse(path, "tool parameters must have type \"object\"");
+    std::set<std::string> required;
+    if (auto it = p.find("required"); it != p.end()) {
+      if (!it->is_array()) refuse(path, "required must be an array of strings");
+      for (const auto& r : *it) {
+        if (!r.is_string()) refuse(path, "required must be an array of strings");
+        required.insert(r.get<std::string>());
+      }
+    }
+    struct Arg {
+      std::string name;
+      Expr value;
+      bool required;
+    };
+    std::vector<Arg> args;
+    std::set<std::string> declared;
+    if (auto it = p.find("properties"); it != p.end()) {
+      if (!it->is_object()) refuse(path, "properties must be an object");
+      for (auto q = it->begin(); q != it->end(); ++q) {
+        const std::string& name = q.key();
+        const std::string at = path + "/properties/" + escape_pointer(name);
+        if (name.empty() || name.find('<') != std::string::npos || name.find('>') != std::string::npos ||
+            name.front() <= ' ' || name.back() <= ' ')
+          refuse(at,
+                 "a parameter name in GLM-4.7's tool-call format must be non-empty, without '<' or '>' and "
+                 "without leading or trailing whitespace");
+        declared.insert(name);
+        args.push_back(
+            {name, value_expr(q.value(), declared_types(q.value()), at, syn), required.count(name) > 0});
+      }
+    }
+    for (const auto& r : required)
+      if (!declared.count(r)) refuse(path, fmt::format("required parameter \"{}\" is not in properties", r));
+    Expr nl = Expr::opt(Expr::byte('\n'));
+    const size_t n = args.size();
+    std::vector<int> A(n + 1);
+    for (size_t i = 0; i <= n; i++) A[i] = g_.declare(fmt::format("{}#args{}", prefix_, i));
+    g_.define(A[n], Expr::empty());
+    for (size_t k = n; k-- > 0;) {
+      Expr member =
+          Expr::seq({nl, Expr::lit(syn.key_open), Expr::lit(args[k].name), Expr::lit(syn.key_close), nl,
+                     Expr::lit(syn.value_open), std::move(args[k].value), Expr::lit(syn.value_close)});
+      g_.define(A[k], Expr::alt({Expr::seq({std::move(member), Expr::ref(A[k + 1])}),
+                                 args[k].required ? Expr::nothing() : Expr::ref(A[k + 1])}));
+    }
+    return Expr::seq({Expr::ref(A[0]), nl});
+  }
+
+  // The types the chat parser reads a value by: the property's "type" and the "type" of each anyOf / oneOf
+  // alternative (as glm47.cpp's param_types; references are not followed).
+  static std::vector<std::string> declared_types(const ordered_json& prop) {
+    std::vector<std::string> out;
+    if (!prop.is_object()) return out;
+    out = type_names(prop);
+    for (const char* k : {"anyOf", "oneOf"})
+      if (auto alts = prop.find(k); alts != prop.end() && alts->is_array())
+        for (const auto& alt : *alts)
+          if (alt.is_object() && alt.contains("type"))
+            for (const auto& t : type_names(alt)) out.push_back(t);
+    return out;
+  }
+
+  static std::string lower_ascii(std::string s) {
+    for (char& c : s)
+      if (c >= 'A' && c <= 'Z') c = static_cast<char>(c - 'A' + 'a');
+    return s;
+  }
+  // The text of a marker (a special token's grammar bytes are its content between 0xFF bytes).
+  static std::string marker_text(const std::string& m) {
+    if (m.size() >= 2 && m.front() == '\xFF' && m.back() == '\xFF') return m.substr(1, m.size() - 2);
+    return m;
+  }
+
+  Expr value_expr(const ordered_json& s, const std::vector<std::string>& types, const std::string& path,
+                  const ToolCallSyntax& syn) {
+    // The parser ends a value at the first value_close and a call at the first close.
+    const std::vector<std::string> close = {marker_text(syn.value_close), marker_text(syn.close)};
+    // A literal string written raw reads back as itself when the parser keeps it as text.
+    auto raw_ok = [&](const std::string& v, bool untyped) {
+      if (holds_any(v, close) || v.starts_with('\n') || v.ends_with('\n')) return false;
+      if (untyped) {
+        ordered_json j = ordered_json::parse(v, nullptr, false);
+        return j.is_discarded() || j.is_string();
+      }
+      return lower_ascii(v) != "null";
+    };
+    bool has_string = false;
+    for (const auto& t : types) has_string |= t == "string";
+    if (types.empty()) {
+      // Untyped: the parser takes the value as JSON when it parses as a non-string, as text otherwise.
+      if (auto lits = literals(s, path)) {
+        std::vector<Expr> alts;
+        for (const auto& v : *lits) {
+          if (!v.is_string())
+            alts.push_back(literal(v));
+          else if (raw_ok(v.get<std::string>(), true))
+            alts.push_back(Expr::lit(v.get<std::string>()));
+        }
+        if (alts.empty()) refuse(path, "no value of the enum can be written in GLM-4.7's tool-call format");
+        return Expr::alt(std::move(alts));
+      }
+      if (kinds(s, path) & kString)
+        refuse(path,
+               "a parameter that may be a string needs a declared \"type\" in GLM-4.7's tool-call format "
+               "(its parser reads an untyped value as JSON whenever it parses)");
+      return Expr::ref(rule_for(s, path));
+    }
+    if (has_string) {
+      for (const auto& t : types)
+        if (t != "string" && t != "null")
+          refuse(path, fmt::format("a parameter that may be a string or {} cannot be told apart in GLM-4.7's "
+                                   "tool-call format, where strings are written without quotes",
+                                   t));
+      return raw_string(s, path, close, 0);
+    }
+    unsigned allowed = kNull;
+    for (const auto& t : types) allowed |= type_kinds(t);
+    if (const unsigned extra = kinds(s, path) & ~allowed)
+      refuse(path, fmt::format("the schema admits {}, which its declared type does not name; GLM-4.7's "
+                               "parser reads values by the declared type",
+                               kind_names(extra)));
+    return Expr::ref(rule_for(s, path));
+  }
+
+  // Strings (and null) written raw: the parser keeps the text, except that a value reading "null" in any
+  // case becomes null and one leading and one trailing newline are trimmed.
+  static bool holds_any(const std::string& v, const std::vector<std::string>& markers) {
+    for (const auto& m : markers)
+      if (v.find(m) != std::string::npos) return true;
+    return false;
+  }
+
+  Expr raw_string(const ordered_json& schema, const std::string& path, const std::vector<std::string>& close,
+                  int depth) {
+    if (depth > kMaxDepth) refuse(path, fmt::format("the schema nests deeper than {} levels", kMaxDepth));
+    const ordered_json* sp = deref(schema, path);
+    if (!sp) refuse(path, "$ref cycle");
+    const ordered_json& s = *sp;
+    if (s.is_boolean()) {
+      if (!s.get<bool>()) refuse(path, "the schema false matches nothing");
+      return Expr::alt({plain_raw(close), Expr::lit("null")});
+    }
+    if (!s.is_object()) refuse(path, "a schema must be an object or a boolean");
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (!annotations().count(it.key()) && !supported().count(it.key())) refuse_keyword(path, it.key());
+    for (const char* k : {"anyOf", "oneOf"})
+      if (auto it = s.find(k); it != s.end()) {
+        if (!it->is_array() || it->empty())
+          refuse(path, fmt::format("{} must be a non-empty array of schemas", k));
+        if (has_constraints(s, {k}))
+          refuse(path, fmt::format("{} next to other constraints is not supported", k));
+        if (std::string_view(k) == "oneOf") check_one_of(*it, path);
+        std::vector<Expr> alts;
+        for (size_t i = 0; i < it->size(); i++)
+          alts.push_back(raw_string((*it)[i], fmt::format("{}/{}/{}", path, k, i), close, depth + 1));
+        return Expr::alt(std::move(alts));
+      }
+    if (auto lits = literals(s, path)) {
+      std::vector<Expr> alts;
+      for (const auto& v : *lits) {
+        if (v.is_null()) alts.push_back(Expr::lit("null"));
+        if (!v.is_string()) continue;
+        const std::string t = v.get<std::string>();
+        if (!holds_any(t, close) && !t.starts_with('\n') && !t.ends_with('\n') && lower_ascii(t) != "null")
+          alts.push_back(Expr::lit(t));
+      }
+      if (alts.empty()) refuse(path, "no value of the enum can be written in GLM-4.7's tool-call format");
+      return Expr::alt(std::move(alts));
+    }
+    const auto types = type_names(s);
+    bool str = types.empty(), null = false;
+    for (const auto& t : types) {
+      if (t == "string")
+        str = true;
+      else if (t == "null")
+        null = true;
+      else
+        refuse(path, fmt::format("a {} is written as JSON in GLM-4.7's tool-call format, but the parameter's "
+                                 "declared type is string",
+                                 t));
+    }
+    for (const char* k : {"properties", "items", "prefixItems", "minimum", "maximum", "exclusiveMinimum",
+                          "exclusiveMaximum", "additionalProperties", "required"})
+      if (types.empty() && s.contains(k))
+        refuse(path, fmt::format("\"{}\" does not apply to a string, the parameter's declared type", k));
+    std::vector<Expr> alts;
+    if (null) alts.push_back(Expr::lit("null"));
+    if (str) alts.push_back(raw_string_content(s, path, close));
+    return Expr::alt(std::move(alts));
+  }
+
+  // The raw text of a string schema (type string, maybe with pattern / format / length bounds).
+  Expr raw_string_content(const ordered_json& s, const std::string& path,
+                          const std::vector<std::string>& close) {
+    auto min_len = count(s, "minLength", path), max_len = count(s, "maxLength", path);
+    const bool has_pattern = s.contains("pattern"), has_format = s.contains("format");
+    if (!has_pattern && !has_format && !min_len && !max_len) return plain_raw(close);
+    if (has_pattern || has_format) {
+      // The JSON encoding checks the keywords; the raw one leaves out '<' and '\n' (narrower, so never a
+      // marker and never trimmed).
+      (void)string_expr(s, path);
+      std::string pattern;
+      if (has_pattern) {
+        pattern = s["pattern"].get<std::string>();
+      } else {
+        pattern = std::string("^") + formats().at(s["format"].get<std::string>()) + "$";
+      }
+      Expr e = pattern_content(pattern, Encoding::Raw);
+      // The parser reads "null" (any case) as null: refuse a pattern that can produce it.
+      Grammar probe;
+      probe.root = probe.add("probe", e);
+      Automaton a = compile(probe);
+      for (int bits = 0; bits < 16; bits++) {
+        std::string word = "null";
+        for (int i = 0; i < 4; i++)
+          if (bits & (1 << i)) word[i] = static_cast<char>(word[i] - 'a' + 'A');
+        int32_t node = a.rule_start[probe.root];
+        for (char c : word)
+          if (node >= 0) node = a.step(node, static_cast<unsigned char>(c));
+        if (node >= 0 && a.final[node])
+          refuse(
+              path,
+              fmt::format("the pattern admits \"{}\", which GLM-4.7's tool-call parser reads as null", word));
+      }
+      return e;
+    }
+    const int64_t mn = min_len.value_or(0), mx = max_len ? *max_len : -1;
+    if (mx >= 0 && mx < mn) refuse(path, "maxLength is below minLength");
+    if (mn > 1000 || mx > 1000) refuse_keyword(path, mn > 1000 ? "minLength" : "maxLength", "at most 1000");
+    // Characters but '<' and '\n', mn..mx of them, except the words reading "null".
+    const Expr any = raw_chars(complement({{'\n', '\n'}, {'<', '<'}}));
+    auto rest = [&](int64_t k, int64_t at_least) -> Expr {
+      if (mx >= 0 && k + at_least > mx) return Expr::nothing();
+      return Expr::repeat(any, static_cast<int>(std::max<int64_t>(at_least, mn - k)),
+                          mx < 0 ? -1 : static_cast<int>(mx - k));
+    };
+    auto but = [&](char a) {
+      const char b = static_cast<char>(a - 'a' + 'A');
+      return raw_chars(
+          complement({{'\n', '\n'}, {'<', '<'}, {char32_t(a), char32_t(a)}, {char32_t(b), char32_t(b)}}));
+    };
+    auto either = [](char a) {
+      return Expr::alt({Expr::byte(a), Expr::byte(static_cast<unsigned char>(a - 'a' + 'A'))});
+    };
+    const std::string word = "null";
+    Expr tail = Expr::seq({any, rest(5, 0)});  // after "null": at least one more
+    for (int i = 3; i >= 0; i--) {
+      std::vector<Expr> alts;
+      if (i > 0 && mn <= i) alts.push_back(Expr::empty());
+      if (i == 0 && mn == 0) alts.push_back(Expr::empty());
+      if (mx < 0 || i + 1 <= mx) {
+        alts.push_back(Expr::seq({but(word[i]), rest(i + 1, 0)}));
+        alts.push_back(Expr::seq({either(word[i]), std::move(tail)}));
+      }
+      tail = Expr::alt(std::move(alts));
+    }
+    return tail;
+  }
+
+  // Raw UTF-8 characters of the set. Every non-ASCII character is one shared rule when the set holds them
+  // all, so the DFAs of the rules using it do not repeat the multi-byte states in each context.
+  Expr raw_chars(const Ranges& set) {
+    ByteSet ascii;
+    std::vector<Expr> alts;
+    const Ranges r = normalize(set);
+    bool all_high = false;
+    for (auto [lo, hi] : r) {
+      for (char32_t c = lo; c <= std::min<char32_t>(hi, 0x7F); c++) ascii.set(c);
+      if (hi >= 0x80 && lo <= 0x80 && hi >= kMaxCp) all_high = true;
+    }
+    if (all_high) {
+      auto known = shared_rules_->find("non-ASCII character");
+      if (known == shared_rules_->end()) {
+        std::vector<Expr> high;
+        utf8_ranges(0x80, kMaxCp, high);
+        known =
+            shared_rules_
+                ->emplace("non-ASCII character", g_.add("non-ASCII character", Expr::alt(std::move(high))))
+                .first;
+      }
+      alts.push_back(Expr::ref(known->second));
+    } else {
+      for (auto [lo, hi] : r)
+        if (hi >= 0x80) utf8_ranges(std::max<char32_t>(lo, 0x80), hi, alts);
+    }
+    if (ascii.any()) alts.push_back(Expr::bytes(ascii));
+    return Expr::alt(std::move(alts));
+  }
+
+  // Any text holding none of the markers `closes` (which start with one ASCII character found nowhere else
+  // in them) that does not read as null once one leading and one trailing newline are trimmed. Leading or
+  // trailing newlines are allowed: trimmed, the value is still a string.
+  Expr plain_raw(const std::vector<std::string>& closes) {
+    const char m0 = closes.at(0).empty() ? '\0' : closes[0][0];
+    for (const auto& c : closes)
+      if (c.empty() || c[0] != m0 || c.find(m0, 1) != std::string::npos ||
+          static_cast<unsigned char>(m0) >= 0x80)
+        throw InvalidInput(
+            "the markers after a raw value must start with one ASCII character found nowhere else in them");
+    auto chars_but = [&](const std::set<char32_t>& ex) {
+      Ranges r = {{char32_t(m0), char32_t(m0)}};
+      for (char32_t c : ex) r.push_back({c, c});
+      return raw_chars(complement(r));
+    };
+    // V: the first character and a proper prefix of a marker's rest; T: V then a character that neither
+    // continues a marker nor starts one again. Text without the markers: (N | V* T)* V*.
+    std::map<std::string, std::set<char32_t>> next;  // proper prefixes (first character included)
+    for (const auto& c : closes)
+      for (size_t i = 1; i < c.size(); i++) next[c.substr(0, i)].insert(static_cast<unsigned char>(c[i]));
+    for (const auto& c : closes) next.erase(c);
+    std::vector<Expr> vs, ts;
+    for (const auto& [pre, cont] : next) {
+      vs.push_back(Expr::lit(pre));
+      ts.push_back(Expr::seq({Expr::lit(pre), chars_but(cont)}));
+    }
+    Expr V = Expr::alt(vs), T = Expr::alt(ts);
+    // Three rules shared by every string value of the grammar (each node of a rule accepting text costs a
+    // walk over the vocabulary when the grammar is compiled): the text, the text starting with the markers'
+    // first character, and the value (the text minus what reads as null).
+    const std::string key = fmt::format("raw text without {}", fmt::join(closes, " "));
+    if (auto known = shared_rules_->find(key + " (value)"); known != shared_rules_->end())
+      return Expr::ref(known->second);
+    const int text = g_.add(
+        key,
+        Expr::seq({Expr::star(Expr::alt({chars_but({}), Expr::seq({Expr::star(V), T})})), Expr::star(V)}));
+    Expr L = Expr::ref(text);
+    const int lt = g_.add(key + " (from its first character)",
+                          Expr::alt({Expr::seq({Expr::star(V), T, L}), Expr::plus(V)}));
+    Expr starts_marker = Expr::ref(lt);
+    auto but = [&](std::initializer_list<char32_t> ex) { return Expr::seq({chars_but(ex), L}); };
+    auto either = [](char a) {
+      return Expr::alt({Expr::byte(a), Expr::byte(static_cast<unsigned char>(a - 'a' + 'A'))});
+    };
+    // Walk "null" (case-insensitive, an optional newline around it): leave the word anywhere but at its end.
+    Expr after_null = Expr::alt(
+        {but({'\n'}), starts_marker, Expr::seq({Expr::byte('\n'), Expr::alt({but({}), starts_marker})})});
+    Expr r3 =
+        Expr::alt({Expr::empty(), but({'l', 'L'}), starts_marker, Expr::seq({either('l'), after_null})});
+    Expr r2 = Expr::alt({Expr::empty(), but({'l', 'L'}), starts_marker, Expr::seq({either('l'), r3})});
+    Expr r1 = Expr::alt({Expr::empty(), but({'u', 'U'}), starts_marker, Expr::seq({either('u'), r2})});
+    Expr after_nl = Expr::alt({Expr::empty(), but({'n', 'N'}), starts_marker, Expr::seq({either('n'), r1})});
+    const int value = g_.add(
+        key + " (value)", Expr::alt({Expr::empty(), but({'\n', 'n', 'N'}), starts_marker,
+                                     Expr::seq({Expr::byte('\n'), after_nl}), Expr::seq({either('n'), r1})}));
+    (*shared_rules_)[key + " (value)"] = value;
+    return Expr::ref(value);
+  }
+
+  static const std::map<std::string, std::string>& formats() {
+    static const std::map<std::string, std::string> f = {
+        {"date", kDate},
+        {"time", kTime},
+        {"date-time", std::string(kDate) + "T" + kTime},
+        {"uuid", "[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}"},
+        // Bounded (a local part of at most three dot-separated atoms, at most three domain labels), so a
+        // model cannot wander inside an address.
+        {"email",
+         "[a-zA-Z0-9_+-]{1,32}(?:\\.[a-zA-Z0-9_+-]{1,32}){0,2}@(?:[a-zA-Z0-9](?:[a-zA-Z0-9-]{0,20}[a-zA-Z0-"
+         "9])?\\.){1,3}"
+         "[a-zA-Z]{2,12}"},
+        {"ipv4", "(?:(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)\\.){3}(?:25[0-5]|2[0-4]\\d|1\\d\\d|[1-9]?\\d)"},
+    };
+    return f;
+  }
+
   static constexpr const char* kDate =
       "(?:\\d{4}-(?:(?:0[13578]|1[02])-(?:0[1-9]|[12]\\d|3[01])|(?:0[469]|11)-(?:0[1-9]|[12]\\d|30)|02-(?:0["
       "1-9]|1\\d|2[0-8]))"
@@ -1021,8 +1680,12 @@ class SchemaCompiler {
   const ordered_json& root_;
   Grammar& g_;
   std::string prefix_;
+  Encoding enc_ = Encoding::Json;
   std::map<std::string, int> rules_;
   int string_ = -1, value_ = -1, any_object_ = -1;
+  // Rules the compilers of one grammar share (raw text values), by name.
+  std::map<std::string, int> own_shared_rules_;
+  std::map<std::string, int>* shared_rules_ = &own_shared_rules_;
   static constexpr int kMaxDepth = 64;
   int depth_ = 0;
 };
@@ -1031,12 +1694,7 @@ class SchemaCompiler {
 
 Expr regex_string_content(Grammar& g, std::string_view pattern) {
   (void)g;
-  RegexParser p(pattern);
-  bool a_start = false, a_end = false;
-  Expr e = p.parse(a_start, a_end);
-  Expr any = Expr::star(json_char());
-  return Expr::seq(
-      {a_start ? Expr::empty() : any, std::move(e), a_end ? Expr::empty() : Expr::star(json_char())});
+  return pattern_content(pattern, Encoding::Json);
 }
 
 Grammar json_schema_grammar(const ordered_json& schema) {
@@ -1059,20 +1717,39 @@ Grammar tool_call_grammar(const std::vector<ToolSpec>& tools, const ToolCallSynt
   if (max_calls < 1) throw InvalidInput("at least one tool call must be allowed");
   Grammar g;
   std::vector<Expr> calls;
+  const bool key_values = !syntax.key_open.empty();
+  std::map<std::string, int> shared;
+  if (key_values && (syntax.key_close.empty() || syntax.value_open.empty() || syntax.value_close.empty()))
+    throw InvalidInput("key/value tool-call arguments need all four markers");
   for (size_t i = 0; i < tools.size(); i++) {
+    const std::string& name = tools[i].name;
     const ordered_json& params =
         tools[i].parameters.is_null() ? ordered_json::object({{"type", "object"}}) : tools[i].parameters;
-    SchemaCompiler c(params, g, fmt::format("tool {} ", tools[i].name));
-    int args;
+    if (key_values && (name.empty() || std::any_of(name.begin(), name.end(), [](char c) {
+                         return c == '<' || c == '>' || static_cast<unsigned char>(c) <= ' ';
+                       })))
+      throw InvalidInput(
+          fmt::format("tool name \"{}\" cannot be written in GLM-4.7's tool-call format (it must "
+                      "be non-empty, without whitespace, '<' or '>')",
+                      name));
+    SchemaCompiler c(params, g, fmt::format("tool {} ", name),
+                     key_values ? Encoding::JsonNoLt : Encoding::Json, &shared);
+    Expr args;
     try {
-      args = c.root_rule();
+      args = key_values ? c.root_key_values(syntax) : Expr::ref(c.root_rule());
     } catch (const InvalidInput& e) {
-      throw InvalidInput(fmt::format("parameters of tool \"{}\": {}", tools[i].name, e.what()));
+      throw InvalidInput(fmt::format("parameters of tool \"{}\": {}", name, e.what()));
     }
-    calls.push_back(Expr::seq({Expr::lit(syntax.open), Expr::lit(syntax.prefix + tools[i].name),
-                               Expr::ref(args), Expr::lit(syntax.close)}));
+    calls.push_back(Expr::seq(
+        {Expr::lit(syntax.open), Expr::lit(syntax.prefix + name), std::move(args), Expr::lit(syntax.close)}));
   }
-  g.root = g.add("tool calls", Expr::repeat(Expr::alt(std::move(calls)), 1, max_calls));
+  Expr call = Expr::alt(std::move(calls));
+  if (key_values)  // calls may be set apart by a newline
+    g.root = g.add(
+        "tool calls",
+        Expr::seq({call, Expr::repeat(Expr::seq({Expr::opt(Expr::byte('\n')), call}), 0, max_calls - 1)}));
+  else
+    g.root = g.add("tool calls", Expr::repeat(call, 1, max_calls));
   return g;
 }
 

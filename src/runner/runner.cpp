@@ -209,7 +209,8 @@ class Runner {
   // The compiled grammar of a `format` ("json" or a JSON schema object), cached per schema text. Compiling
   // and the per-node token classes happen here, before the response starts, so a bad schema is a 400.
   // With `tools`, `format` is {"open", "prefix", "close", "max_calls", "tools": [{"name", "parameters"}]}: tool calls
-  // in the chat format's syntax, their arguments following each tool's parameters schema.
+  // in the chat format's syntax, their arguments following each tool's parameters schema (a JSON object, or
+  // key/value elements when "key_open", "key_close", "value_open" and "value_close" are given).
   std::shared_ptr<const grammar::CompiledGrammar> grammar_for(const ordered_json& format, bool tools = false) {
     if (!tools && !(format.is_string() && format.get<std::string>() == "json") && !format.is_object())
       throw InvalidInput("format must be \"json\" or a JSON schema object");
@@ -233,6 +234,12 @@ class Runner {
       };
       grammar::ToolCallSyntax syntax{marker(format.value("open", "")), format.value("prefix", ""),
                                      marker(format.value("close", ""))};
+      if (format.contains("key_open")) {  // key/value arguments (GLM-4.7)
+        syntax.key_open = marker(format.value("key_open", ""));
+        syntax.key_close = marker(format.value("key_close", ""));
+        syntax.value_open = marker(format.value("value_open", ""));
+        syntax.value_close = marker(format.value("value_close", ""));
+      }
       std::vector<grammar::ToolSpec> specs;
       for (const auto& t : format.value("tools", ordered_json::array())) specs.push_back({t.value("name", ""), t.value("parameters", ordered_json())});
       g = grammar::tool_call_grammar(specs, syntax, format.value("max_calls", 1));

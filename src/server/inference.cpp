@@ -129,11 +129,16 @@ ordered_json tool_choice_spec(const ModelMeta& meta, const ordered_json& tool_ch
   for (const auto& t : tools)
     if (only.empty() || t.name == only) list.push_back({{"name", t.name}, {"parameters", t.parameters}});
   if (list.empty()) throw HttpError(400, fmt::format("tool_choice names \"{}\", which is not among the tools", only));
+  const int max_calls = only.empty() ? 4 : 1;
+  if (meta.renderer == "glm-4.7" && meta.parser == "glm-4.7")  // <tool_call>NAME<arg_key>k</arg_key><arg_value>v</arg_value>...</tool_call>
+    return {{"open", "<tool_call>"}, {"prefix", ""}, {"close", "</tool_call>"}, {"key_open", "<arg_key>"},
+            {"key_close", "</arg_key>"}, {"value_open", "<arg_value>"}, {"value_close", "</arg_value>"},
+            {"max_calls", max_calls}, {"tools", list}};
   if (meta.renderer.rfind("gemma4", 0) != 0)
     throw HttpError(400, fmt::format("tool_choice \"required\" or a named function is not supported for the {} chat format",
                                      meta.renderer.empty() ? "model's" : meta.renderer));
   // Gemma 4: <|tool_call>call:NAME{...}<tool_call|>, where the arguments may be plain JSON.
-  return {{"open", "<|tool_call>"}, {"prefix", "call:"}, {"close", "<tool_call|>"}, {"max_calls", only.empty() ? 4 : 1},
+  return {{"open", "<|tool_call>"}, {"prefix", "call:"}, {"close", "<tool_call|>"}, {"max_calls", max_calls},
           {"tools", list}};
 }
 

@@ -124,6 +124,39 @@ export const schemas = {
     required: ['steps', 'done'],
     additionalProperties: false,
   },
+  discriminated_union: {
+    $defs: {
+      Cat: {
+        type: 'object',
+        properties: { pet_type: { const: 'cat', type: 'string' }, meows: { type: 'integer', minimum: 0, maximum: 10 } },
+        required: ['pet_type', 'meows'],
+        additionalProperties: false,
+      },
+      Dog: {
+        type: 'object',
+        properties: { pet_type: { const: 'dog', type: 'string' }, barks: { type: 'number', minimum: 0, maximum: 5 } },
+        required: ['pet_type', 'barks'],
+        additionalProperties: false,
+      },
+      Lizard: {
+        type: 'object',
+        properties: { pet_type: { enum: ['lizard', 'gecko'], type: 'string' }, scales: { type: 'boolean' } },
+        required: ['pet_type'],
+        additionalProperties: false,
+      },
+    },
+    type: 'object',
+    properties: {
+      pet: {
+        oneOf: [{ $ref: '#/$defs/Cat' }, { $ref: '#/$defs/Dog' }, { $ref: '#/$defs/Lizard' }],
+        discriminator: { propertyName: 'pet_type' },
+      },
+      name: { type: 'string' },
+      owner: { oneOf: [{ type: 'string' }, { type: 'null' }] },
+    },
+    required: ['pet', 'name'],
+    additionalProperties: false,
+  },
 };
 
 // The same schema with every free string bounded (maxLength 24) and every free array bounded (maxItems 3): the

@@ -18,6 +18,7 @@ before(async () => {
   ollama = new Ollama({ host: server.url });
   openai = new OpenAI({ baseURL: server.url + '/v1', apiKey: 'unused' });
   await server.create('tiny', fixtureModel('gemma4-e2b-tiny'), fixtureModel('gemma4-e2b-tiny-assistant'));
+  await server.create('glm', fixtureModel('glm4-moe-lite-tiny'));
 });
 after(async () => { await server?.stop(); });
 
@@ -119,6 +120,7 @@ test('keywords vatic cannot honour and invalid schemas are refused with 400 nami
     [{ type: 'strin' }, /strin/],
     [{ $ref: '#/$defs/nope' }, /nope/],
     [{ if: { type: 'string' }, then: { maxLength: 3 } }, /"if"/],
+    [{ oneOf: [{ type: 'number' }, { type: 'integer' }] }, /oneOf.*both admit integers/],
   ];
   for (const [schema, why] of cases) {
     await assert.rejects(
@@ -169,5 +171,41 @@ test('openai tool_choice required / named: every call names a tool and its argum
       tool_choice: { type: 'function', function: { name: 'nope' } },
     }),
     (e) => e.status === 400 && /nope/.test(e.message),
+  );
+});
+
+test('openai tool_choice with the GLM-4.7 chat format: key/value calls parse back to arguments that validate', async () => {
+  const params = { get_weather: schemas.get_weather, web_search: schemas.web_search, adopt: schemas.discriminated_union };
+  const tools = Object.entries(params).map(([name, p]) => ({ type: 'function', function: { name, parameters: bounded(p) } }));
+  const seen = new Set();
+  for (const [tool_choice, seed] of [['required', 1], ['required', 2], ['required', 4], [{ type: 'function', function: { name: 'adopt' } }, 3]]) {
+    const r = await openai.chat.completions.create({
+      model: 'glm',
+      messages: [{ role: 'user', content: 'Use a tool.' }],
+      tools,
+      tool_choice,
+      max_tokens: 1500,
+      seed,
+    });
+    const choice = r.choices[0];
+    assert.equal(choice.finish_reason, 'tool_calls', JSON.stringify(choice));
+    assert.ok(choice.message.tool_calls.length >= 1);
+    for (const call of choice.message.tool_calls) {
+      const name = call.function.name;
+      assert.ok(name in params, name);
+      if (typeof tool_choice === 'object') assert.equal(name, 'adopt');
+      check(params[name], call.function.arguments, `glm tool ${name}`);
+      seen.add(name);
+    }
+  }
+  assert.ok(seen.has('adopt'));
+  await assert.rejects(
+    openai.chat.completions.create({
+      model: 'glm',
+      messages: [{ role: 'user', content: 'x' }],
+      tools: [{ type: 'function', function: { name: 'f', parameters: { type: 'object', properties: { x: { type: ['string', 'number'] } } } } }],
+      tool_choice: 'required',
+    }),
+    (e) => e.status === 400 && /told apart/.test(e.message),
   );
 });

@@ -1008,7 +1008,8 @@ bool chunks_fit(const float* x, int64_t ldx, const Weight& w, int64_t K) {
 void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
           bool accumulate, cudaStream_t s) {
   if (chunks_fit(x, ldx, w, K)) {
-    if (N >= 4096)
+    // Four rows per warp share each x load; with more than 2 input rows, two keep the registers in bounds.
+    if (N >= 4096 && T <= 2)
       launch_gemv_chunks_t<4>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
     else
       launch_gemv_chunks_t<2>(x, ldx, T, w, N, K, y, ldy, accumulate, s);

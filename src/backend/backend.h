@@ -94,6 +94,15 @@ class Backend {
   virtual void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos,
                          const Tensor& k_pos, const AttentionParams& p, const Tensor& out) = 0;
 
+  // The residual add of a normed branch: y = (x + rms_norm(f)·w) · s, rows of D (x, f, y [.., D] contiguous F32).
+  // One op so that an accelerator can do it in one pass; the default composes rms_norm, add and scale.
+  virtual void add_rms_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float s, const Tensor& y) {
+    Tensor n = empty(f.shape(), DType::F32);
+    rms_norm(f, w, eps, n);
+    add(x, n, y);
+    if (s != 1.0f) scale(y, s, y);
+  }
+
   // Elementwise (F32, contiguous). b may have fewer rows than a and is then broadcast (b's numel divides a's).
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
   virtual void mul(const Tensor& a, const Tensor& b, const Tensor& y) = 0;

@@ -89,6 +89,12 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, float eps) {
   backend_of_all("rms_norm", x, w).rms_norm(xc, w.defined() ? &w : nullptr, eps, y);
   return y;
 }
+Tensor add_rms_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s) {
+  VATIC_CHECK(x.shape() == f.shape(), "add_rms_norm: {} and {}", x.describe(), f.describe());
+  Tensor y = empty_like(x, x.shape());
+  backend_of_all("add_rms_norm", x, f, w).add_rms_norm(contiguous(x), contiguous(f), w.defined() ? &w : nullptr, eps, s, y);
+  return y;
+}
 void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) {
   backend_of_all("rope", x, positions, inv_freq).rope(x, positions, inv_freq, interleaved);
 }

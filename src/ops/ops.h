@@ -29,6 +29,8 @@ Tensor embedding(const Linear& table, const Tensor& ids, float scale = 1.0f);
 Tensor embedding(const Tensor& table, const Tensor& ids, float scale = 1.0f);
 // Over the last dim; w may be undefined for the weight-less variant.
 Tensor rms_norm(const Tensor& x, const Tensor& w, float eps);
+// (x + rms_norm(f, w)) · s: a residual add of a normed branch (see Backend::add_rms_norm).
+Tensor add_rms_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s = 1.0f);
 void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p);

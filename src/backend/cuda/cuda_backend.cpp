@@ -438,6 +438,28 @@ class CudaBackend final : public Backend {
     check_launch("rms_norm");
   }
 
+  void add_rms_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float scale,
+                    const Tensor& y) override {
+    Timed timed_(*this, "add_rms_norm");
+    VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32 &&
+                    f.dtype() == DType::F32 && x.numel() == f.numel() && y.numel() == x.numel(),
+                "add_rms_norm expects contiguous F32 of one shape, got {} and {}", x.describe(), f.describe());
+    const int64_t D = f.dim(-1), R = f.numel() / std::max<int64_t>(D, 1);
+    bind();
+    Tensor wf;
+    if (w) {
+      VATIC_CHECK(w->numel() == D, "add_rms_norm weight {} for rows of {}", w->describe(), D);
+      wf = *w;
+      if (wf.dtype() != DType::F32 || !wf.is_contiguous()) {
+        wf = empty(w->shape(), DType::F32);
+        copy(*w, wf);
+      }
+    }
+    cuda::add_rms_norm(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, scale,
+                       y.data<float>(), stream_);
+    check_launch("add_rms_norm");
+  }
+
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) override {
     Timed timed_(*this, "rope");
     VATIC_CHECK(x.ndim() == 3 && x.stride(2) == 1 && x.dtype() == DType::F32, "rope expects F32 [T, H, D], got {}",

@@ -533,6 +533,24 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t D, float
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
 }
 
+// y = (x + f · inv_rms(f) · w) · s, the same float operations as rms_norm_kernel, binary add and scale in turn.
+__global__ void add_rms_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
+                                    float* y) {
+  __shared__ float scratch[32];
+  const float* fr = f + blockIdx.x * D;
+  const float* xr = x + blockIdx.x * D;
+  float* yr = y + blockIdx.x * D;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += fr[i] * fr[i];
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float n = w ? fr[i] * inv * w[i] : fr[i] * inv;
+    const float v = xr[i] + n;
+    yr[i] = s != 1.0f ? v * s : v;
+  }
+}
+
 __global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos,
                             const float* f, int64_t n, bool interleaved) {
   const int64_t total = T * H * n;
@@ -1050,6 +1068,12 @@ void embedding(const Weight& table, int64_t V, int64_t D, const int32_t* ids, in
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps, float* y, cudaStream_t s) {
   if (rows == 0) return;
   rms_norm_kernel<<<static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s>>>(x, w, D, eps, y);
+}
+
+void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
+                  float* y, cudaStream_t s) {
+  if (rows == 0) return;
+  add_rms_norm_kernel<<<static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s>>>(x, f, w, D, eps, scale, y);
 }
 
 void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,

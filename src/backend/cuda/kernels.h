@@ -58,6 +58,9 @@ void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* o
 void embedding(const Weight& table, int64_t V, int64_t D, const int32_t* ids, int64_t n, float scale, float* out,
                int64_t ldo, int* bad_id, cudaStream_t s);
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps, float* y, cudaStream_t s);
+// y = (x + rms_norm(f)·w) · scale over rows of D.
+void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
+                  float* y, cudaStream_t s);
 // x [T, H, D] with strides (sT, sH, 1); n frequencies.
 void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,
           int64_t n, bool interleaved, cudaStream_t s);

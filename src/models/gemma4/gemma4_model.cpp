@@ -221,15 +221,17 @@ ForwardResult Gemma4Model::forward_eager(KvState& st, const std::vector<int32_t>
   for (int i = 0; i < cfg_.num_layers; i++) {
     const auto& l = layers_[i];
     Tensor attn = attention_block(i, ops::rms_norm(x, l.input_ln, eps), positions, st);
-    x = ops::add(x, ops::rms_norm(attn, l.post_attn_ln, eps));
+    x = ops::add_rms_norm(x, attn, l.post_attn_ln, eps);
     Tensor f = cfg_.enable_moe_block ? moe_block(l, x) : mlp(l, ops::rms_norm(x, l.pre_ff_ln, eps));
-    x = ops::add(x, ops::rms_norm(f, l.post_ff_ln, eps));
-    if (ple.defined()) {
-      Tensor pi = ops::contiguous(ple.select(1, i));  // [T, P]
-      Tensor g = ops::gated(Unary::GeluTanh, ops::matmul(x, l.ple_gate), pi);
-      x = ops::add(x, ops::rms_norm(ops::matmul(g, l.ple_proj), l.post_ple_norm, eps));
+    // The layer's last residual add also applies its scalar.
+    if (!ple.defined()) {
+      x = ops::add_rms_norm(x, f, l.post_ff_ln, eps, l.layer_scalar);
+      continue;
     }
-    x = ops::scale(x, l.layer_scalar);
+    x = ops::add_rms_norm(x, f, l.post_ff_ln, eps);
+    Tensor pi = ops::contiguous(ple.select(1, i));  // [T, P]
+    Tensor g = ops::gated(Unary::GeluTanh, ops::matmul(x, l.ple_gate), pi);
+    x = ops::add_rms_norm(x, ops::matmul(g, l.ple_proj), l.post_ple_norm, eps, l.layer_scalar);
   }
   ForwardResult r;
   if (all_hidden) r.hidden = ops::rms_norm(x, final_norm_, eps);

@@ -2,7 +2,9 @@
 #include <cstdint>
 #include <string_view>
 
-#include "formats/model_config.h"
+#include "formats/config_json.h"
+#include "models/gemma4/gemma4_config.h"
+#include "models/glm4_moe_lite/glm4_moe_lite_config.h"
 #include "util/error.h"
 #include "util/json.h"
 
@@ -11,17 +13,14 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   try {
     vatic::json config = vatic::parse_json(text, "config.json");
     if (!config.is_object()) return 0;
-    switch (vatic::detect_architecture(config)) {
-      case vatic::Architecture::Gemma4AssistantForCausalLM:
-        vatic::Gemma4AssistantConfig::parse(config);
-        break;
-      case vatic::Architecture::Glm4MoeLiteForCausalLM:
-        vatic::Glm4MoeLiteConfig::parse(config);
-        break;
-      default:
-        vatic::Gemma4TextConfig::parse(config);
-        break;
-    }
+    const auto arch = vatic::config_architectures_entry(config, "config.json");
+    const std::string name = arch ? *arch : vatic::config_model_type(config);
+    if (name == vatic::kGlm4MoeLiteArchitecture || name == vatic::kGlm4MoeLiteModelType)
+      vatic::Glm4MoeLiteConfig::parse(config);
+    else if (name == vatic::kGemma4Assistant || name == "gemma4_assistant")
+      vatic::Gemma4AssistantConfig::parse(config);
+    else
+      vatic::Gemma4TextConfig::parse(config);
   } catch (const vatic::Error&) {
   } catch (const vatic::json::exception&) {
     // A typed accessor left unchecked; the loaders catch these too, but each one found is worth a look.

@@ -579,22 +579,6 @@ Gemma4Parser::Gemma4Parser(const ParserOptions& options)
     : think_(options.think.value_or(false)),
       state_(options.starts_in_thinking.value_or(false) ? State::Thinking : State::Content) {}
 
-ParsedChunk Gemma4Parser::feed(std::string_view chunk) {
-  buf_ += chunk;
-  ParsedChunk out;
-  while (step(false, out)) {
-  }
-  return out;
-}
-
-ParsedChunk Gemma4Parser::finish() {
-  ParsedChunk out;
-  while (step(true, out)) {
-  }
-  buf_.clear();
-  return out;
-}
-
 void Gemma4Parser::emit_thinking(std::string_view text, ParsedChunk& out) const {
   if (think_) out.thinking += text;  // thought-channel text is dropped when thinking is off
 }
@@ -602,11 +586,7 @@ void Gemma4Parser::emit_thinking(std::string_view text, ParsedChunk& out) const 
 bool Gemma4Parser::step(bool final, ParsedChunk& out) {
   switch (state_) {
     case State::Content: {
-      if (skip_ws_) {
-        buf_.erase(0, buf_.size() - lstrip(buf_).size());
-        if (buf_.empty()) return false;
-        skip_ws_ = false;
-      }
+      if (!skip_leading_ws()) return false;
       std::size_t which = 0;
       std::size_t pos = detail::find_marker(buf_, {kChannelOpen, kToolCallOpen}, &which);
       if (pos != std::string::npos) {
@@ -662,31 +642,10 @@ bool Gemma4Parser::step(bool final, ParsedChunk& out) {
       return false;
     }
     case State::ToolCall: {
-      std::size_t pos = buf_.find(kToolCallClose, scan_from_);
-      if (pos == std::string::npos && !final) {
-        // Resume the search where a marker could still start (tool calls can be long).
-        scan_from_ = buf_.size() >= kToolCallClose.size() ? buf_.size() - kToolCallClose.size() + 1 : 0;
-        return false;
-      }
-      scan_from_ = 0;
-      std::string raw = buf_.substr(0, pos);
-      if (auto tc = gemma4::parse_call(raw)) {
-        out.tool_calls.push_back(std::move(*tc));
-        state_ = State::AfterToolCall;
-      } else {
-        out.content += tool_ws_;
-        out.content += kToolCallOpen;
-        out.content += raw;
-        if (pos != std::string::npos) out.content += kToolCallClose;
-        state_ = State::Content;
-      }
-      tool_ws_.clear();
-      if (pos == std::string::npos) {
-        buf_.clear();
-        return false;
-      }
-      buf_.erase(0, pos + kToolCallClose.size());
-      return true;
+      const ToolCallStep r = take_tool_call(final, kToolCallOpen, kToolCallClose, gemma4::parse_call, out);
+      if (!r.done) return false;
+      state_ = r.parsed ? State::AfterToolCall : State::Content;
+      return r.more;
     }
     case State::AfterToolCall: {
       // Gemma sometimes repeats <tool_call|> or starts the <|tool_response> the template puts after a call.

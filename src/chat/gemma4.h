@@ -12,6 +12,7 @@
 
 #include "chat/parser.h"
 #include "chat/renderer.h"
+#include "chat/tagged_format.h"
 
 namespace vatic::chat {
 
@@ -32,23 +33,17 @@ class Gemma4Renderer final : public Renderer {
   bool large_;
 };
 
-class Gemma4Parser final : public Parser {
+class Gemma4Parser final : public StepParser {
  public:
   explicit Gemma4Parser(const ParserOptions& options);
-  ParsedChunk feed(std::string_view chunk) override;
-  ParsedChunk finish() override;
 
  private:
   enum class State { Content, ChannelName, Thinking, ToolCall, AfterToolCall };
-  bool step(bool final, ParsedChunk& out);
+  bool step(bool final, ParsedChunk& out) override;
   void emit_thinking(std::string_view text, ParsedChunk& out) const;
 
   bool think_;
   State state_;
-  std::string buf_;
-  std::string tool_ws_;  // whitespace trimmed before <|tool_call>, restored if the call turns out malformed
-  bool skip_ws_ = false;
-  std::size_t scan_from_ = 0;  // where to resume looking for the end of a tool call in buf_
 };
 
 namespace gemma4 {

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <cmath>
 
+#include "chat/tagged_format.h"
 #include "chat/text.h"
 #include "util/error.h"
 
@@ -174,21 +175,10 @@ std::string Glm47Renderer::render(const std::vector<Message>& messages, const st
       if (i == 0 || messages[i - 1].role != "tool") out += "<|observation|>";
       out += "<tool_response>" + m.content + "</tool_response>";
     } else {  // assistant
-      std::string_view content = m.content;
-      std::string_view reasoning = m.thinking;
-      if (reasoning.empty()) {
-        // Reasoning left inline in the content: <think>...</think>answer
-        if (std::size_t close = content.find(kThinkClose); close != std::string_view::npos) {
-          std::string_view before = content.substr(0, close);
-          while (before.ends_with('\n')) before.remove_suffix(1);
-          if (std::size_t open = before.rfind(kThinkOpen); open != std::string_view::npos)
-            before.remove_prefix(open + kThinkOpen.size());
-          while (before.starts_with('\n')) before.remove_prefix(1);
-          reasoning = before;
-          content = content.substr(content.rfind(kThinkClose) + kThinkClose.size());
-          while (content.starts_with('\n')) content.remove_prefix(1);
-        }
-      }
+      std::string content = m.content, reasoning = m.thinking;
+      // Reasoning left inline in the content: <think>...</think>answer
+      if (reasoning.empty())
+        detail::split_inline_reasoning(m.content, kThinkOpen, kThinkClose, reasoning, content);
       out += "<|assistant|>";
       const bool after_last_user = last_user == std::string::npos || i > last_user;
       if ((preserve || after_last_user) && !reasoning.empty()) {
@@ -227,124 +217,13 @@ bool Glm47Renderer::prompt_opens_thinking(std::string_view prompt) const { retur
 // ---------------------------------------------------------------------------------------------------------------
 // Parser
 
-Glm47Parser::Glm47Parser(const ParserOptions& options) : tools_(options.tools) {
-  const bool think = options.think.value_or(true);
-  state_ = options.starts_in_thinking.value_or(think) ? State::Thinking : State::LookingForThink;
-  skip_ws_ = true;
-}
+Glm47Parser::Glm47Parser(const ParserOptions& options)
+    : ThinkToolParser(ThinkToolTags{.keep_ws_without_think = true, .rstrip_unterminated_thinking = false},
+                      options.starts_in_thinking.value_or(options.think.value_or(true))),
+      tools_(options.tools) {}
 
-ParsedChunk Glm47Parser::feed(std::string_view chunk) {
-  buf_ += chunk;
-  ParsedChunk out;
-  while (step(false, out)) {
-  }
-  return out;
-}
-
-ParsedChunk Glm47Parser::finish() {
-  ParsedChunk out;
-  while (step(true, out)) {
-  }
-  buf_.clear();
-  return out;
-}
-
-bool Glm47Parser::step(bool final, ParsedChunk& out) {
-  switch (state_) {
-    case State::LookingForThink: {
-      // Without a <think> in the prompt the model may still open one itself; leading whitespace is kept
-      // when it does not.
-      std::string_view rest = lstrip(buf_);
-      if (rest.starts_with(kThinkOpen)) {
-        buf_.erase(0, buf_.size() - rest.size() + kThinkOpen.size());
-        state_ = State::Thinking;
-        skip_ws_ = true;
-        return true;
-      }
-      if (!final && kThinkOpen.starts_with(rest)) return false;
-      state_ = State::Content;
-      skip_ws_ = false;
-      return true;
-    }
-    case State::Thinking: {
-      if (skip_ws_) {
-        buf_.erase(0, buf_.size() - lstrip(buf_).size());
-        if (buf_.empty()) return false;
-        skip_ws_ = false;
-      }
-      std::size_t pos = buf_.find(kThinkClose);
-      if (pos != std::string::npos) {
-        out.thinking += rstrip(std::string_view(buf_).substr(0, pos));
-        buf_.erase(0, pos + kThinkClose.size());
-        state_ = State::Content;
-        skip_ws_ = true;
-        return true;
-      }
-      if (final) {
-        out.thinking += buf_;
-        buf_.clear();
-        return false;
-      }
-      std::size_t n = detail::safe_emit_len(buf_, {kThinkClose});
-      out.thinking += std::string_view(buf_).substr(0, n);
-      buf_.erase(0, n);
-      return false;
-    }
-    case State::Content: {
-      if (skip_ws_) {
-        buf_.erase(0, buf_.size() - lstrip(buf_).size());
-        if (buf_.empty()) return false;
-        skip_ws_ = false;
-      }
-      std::size_t pos = buf_.find(kToolCallOpen);
-      if (pos != std::string::npos) {
-        std::string_view before = std::string_view(buf_).substr(0, pos);
-        std::string_view kept = rstrip(before);
-        out.content += kept;
-        tool_ws_ = std::string(before.substr(kept.size()));
-        buf_.erase(0, pos + kToolCallOpen.size());
-        state_ = State::ToolCall;
-        return true;
-      }
-      if (final) {
-        out.content += buf_;
-        buf_.clear();
-        return false;
-      }
-      std::size_t n = detail::safe_emit_len(buf_, {kToolCallOpen});
-      out.content += std::string_view(buf_).substr(0, n);
-      buf_.erase(0, n);
-      return false;
-    }
-    case State::ToolCall: {
-      std::size_t pos = buf_.find(kToolCallClose, scan_from_);
-      if (pos == std::string::npos && !final) {
-        // Resume the search where a marker could still start (tool calls can be long).
-        scan_from_ = buf_.size() >= kToolCallClose.size() ? buf_.size() - kToolCallClose.size() + 1 : 0;
-        return false;
-      }
-      scan_from_ = 0;
-      std::string raw = buf_.substr(0, pos);
-      if (auto tc = glm47::parse_call(raw, tools_)) {
-        out.tool_calls.push_back(std::move(*tc));
-        skip_ws_ = true;
-      } else {
-        out.content += tool_ws_;
-        out.content += kToolCallOpen;
-        out.content += raw;
-        if (pos != std::string::npos) out.content += kToolCallClose;
-      }
-      tool_ws_.clear();
-      state_ = State::Content;
-      if (pos == std::string::npos) {
-        buf_.clear();
-        return false;
-      }
-      buf_.erase(0, pos + kToolCallClose.size());
-      return true;
-    }
-  }
-  return false;
+std::optional<ToolCall> Glm47Parser::parse_call(std::string_view body) const {
+  return glm47::parse_call(body, tools_);
 }
 
 }  // namespace vatic::chat

@@ -12,6 +12,7 @@
 
 #include "chat/parser.h"
 #include "chat/renderer.h"
+#include "chat/tagged_format.h"
 
 namespace vatic::chat {
 
@@ -24,22 +25,14 @@ class Glm47Renderer final : public Renderer {
   bool prompt_opens_thinking(std::string_view prompt) const override;
 };
 
-class Glm47Parser final : public Parser {
+class Glm47Parser final : public ThinkToolParser {
  public:
   explicit Glm47Parser(const ParserOptions& options);
-  ParsedChunk feed(std::string_view chunk) override;
-  ParsedChunk finish() override;
 
  private:
-  enum class State { LookingForThink, Thinking, Content, ToolCall };
-  bool step(bool final, ParsedChunk& out);
+  std::optional<ToolCall> parse_call(std::string_view body) const override;
 
-  std::vector<Tool> tools_;
-  State state_;
-  std::string buf_;
-  std::string tool_ws_;  // whitespace trimmed before <tool_call>, restored if the call turns out malformed
-  bool skip_ws_ = false;
-  std::size_t scan_from_ = 0;  // where to resume looking for the end of a tool call in buf_
+  std::vector<Tool> tools_;  // their parameter schemas type the argument values
 };
 
 namespace glm47 {

@@ -1,5 +1,6 @@
 #include "chat/llama3.h"
 
+#include "chat/tagged_format.h"
 #include "chat/text.h"
 #include "util/error.h"
 
@@ -28,18 +29,10 @@ bool parse_calls(std::string_view text, std::vector<ToolCall>& out) {
       } catch (const std::exception&) {
       }
     }
-    if (end == std::string_view::npos || !j.is_object() || !j.contains("name") || !j["name"].is_string())
-      return false;
-    ToolCall tc;
-    tc.name = j["name"].get<std::string>();
-    const char* key = j.contains("parameters")  ? "parameters"
-                      : j.contains("arguments") ? "arguments"
-                                                : nullptr;
-    if (key && j[key].is_object())
-      tc.arguments = j[key];
-    else if (key && !j[key].is_null())
-      return false;
-    calls.push_back(std::move(tc));
+    if (end == std::string_view::npos) return false;
+    auto tc = detail::tool_call_from_json(j, {"parameters", "arguments"}, false);
+    if (!tc) return false;
+    calls.push_back(std::move(*tc));
     rest = detail::lstrip(rest.substr(end));
     if (rest.starts_with(";")) rest = detail::lstrip(rest.substr(1));
   }
@@ -87,8 +80,9 @@ std::string Llama3Renderer::render(const std::vector<Message>& messages, const s
       if (m.tool_calls.size() != 1)
         throw InvalidInput("the Llama 3 chat format supports one tool call per message");
       const ToolCall& c = m.tool_calls[0];
-      out += header("assistant") + "{\"name\": \"" + c.name +
-             "\", \"parameters\": " + detail::python_json(c.arguments) + "}<|eot_id|>";
+      out += header("assistant");
+      out += detail::tool_call_json(c, "parameters");
+      out += "<|eot_id|>";
     } else {
       const std::string role = m.role == "developer" ? "system" : m.role;
       out += header(role) + std::string(detail::strip(m.content)) + "<|eot_id|>";

@@ -13,6 +13,7 @@
 
 #include "chat/parser.h"
 #include "chat/renderer.h"
+#include "chat/tagged_format.h"
 
 namespace vatic::chat {
 
@@ -25,21 +26,12 @@ class Qwen3Renderer final : public Renderer {
   bool prompt_opens_thinking(std::string_view) const override { return false; }
 };
 
-class Qwen3Parser final : public Parser {
+class Qwen3Parser final : public ThinkToolParser {
  public:
   explicit Qwen3Parser(const ParserOptions& options);
-  ParsedChunk feed(std::string_view chunk) override;
-  ParsedChunk finish() override;
 
  private:
-  enum class State { LookingForThink, Thinking, Content, ToolCall };
-  bool step(bool final, ParsedChunk& out);
-
-  State state_;
-  std::string buf_;
-  std::string tool_ws_;
-  bool skip_ws_ = false;
-  std::size_t scan_from_ = 0;
+  std::optional<ToolCall> parse_call(std::string_view body) const override;
 };
 
 namespace qwen3 {

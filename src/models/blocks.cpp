@@ -151,9 +151,23 @@ Tensor gated_mlp(const Mlp& m, Unary act, const Tensor& x) {
   return ops::matmul(ops::gated(act, ops::matmul(x, m.gate), ops::matmul(x, m.up)), m.down);
 }
 
-void expect_softmax_moe(const std::string& p, int64_t E, int64_t I, int64_t H,
-                        const std::function<bool(const std::string&)>& has, std::vector<ExpectedTensor>& e) {
+void route_experts(const Tensor& logits, const MoeRouting& r, Tensor* weights, Tensor* experts) {
+  RouteParams rp;
+  rp.kind = r.gating;
+  rp.k = r.top_k;
+  rp.renormalize = r.renormalize;
+  rp.scale = r.scale;
+  rp.bias = r.score_bias.defined() ? &r.score_bias : nullptr;
+  rp.expert_scale = r.expert_scale.defined() ? &r.expert_scale : nullptr;
+  rp.groups = r.groups;
+  rp.groups_kept = r.groups_kept;
+  ops::route(logits, rp, weights, experts);
+}
+
+void expect_routed_moe(const std::string& p, int64_t E, int64_t I, int64_t H, RouteParams::Kind gating,
+                       const std::function<bool(const std::string&)>& has, std::vector<ExpectedTensor>& e) {
   e.push_back({p + "gate.weight", {E, H}});
+  if (gating == RouteParams::Sigmoid) e.push_back({p + "gate.e_score_correction_bias", {E}});
   const std::string x = p + "experts.";
   if (has(x + "gate_up_proj") || has(x + "gate_up_proj.weight")) {
     const std::string s = has(x + "gate_up_proj") ? "" : ".weight";
@@ -168,12 +182,13 @@ void expect_softmax_moe(const std::string& p, int64_t E, int64_t I, int64_t H,
   }
 }
 
-SoftmaxMoe load_softmax_moe(const Weights& ts, const std::string& p, int64_t E, int64_t I, int64_t H,
-                            int top_k, bool renormalize) {
-  SoftmaxMoe m;
+RoutedMoe load_routed_moe(const Weights& ts, const std::string& p, int64_t E, int64_t I, int64_t H,
+                          MoeRouting routing) {
+  RoutedMoe m;
   m.router = load_linear(ts, p + "gate", E, H);
-  m.top_k = top_k;
-  m.renormalize = renormalize;
+  m.routing = std::move(routing);
+  if (m.routing.gating == RouteParams::Sigmoid)
+    m.routing.score_bias = load_f32(ts, p + "gate.e_score_correction_bias", {E});
   const std::string x = p + "experts.";
   if (ts.has(x + "gate_up_proj") || ts.has(x + "gate_up_proj.weight")) {
     const std::string s = ts.has(x + "gate_up_proj") ? "" : ".weight";
@@ -196,14 +211,10 @@ SoftmaxMoe load_softmax_moe(const Weights& ts, const std::string& p, int64_t E, 
   return m;
 }
 
-Tensor softmax_moe(const SoftmaxMoe& m, Unary act, const Tensor& x) {
-  // Routing stays on the device: softmax over experts, top k (renormalised), each row through its experts.
-  RouteParams rp;
-  rp.kind = RouteParams::Softmax;
-  rp.k = m.top_k;
-  rp.renormalize = m.renormalize;
+Tensor routed_moe(const RoutedMoe& m, Unary act, const Tensor& x) {
+  // Routing stays on the device: the router's logits, the k experts of each row, each row through them.
   Tensor weights, experts;
-  ops::route(ops::matmul(x, m.router), rp, &weights, &experts);
+  route_experts(ops::matmul(x, m.router), m.routing, &weights, &experts);
   Tensor g = ops::matmul_experts(x, m.gate, experts), u = ops::matmul_experts(x, m.up, experts);
   return ops::combine_rows(ops::matmul_experts(ops::gated(act, g, u), m.down, experts), weights);
 }

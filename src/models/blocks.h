@@ -1,6 +1,7 @@
 #pragma once
 // Blocks shared by the model families: RoPE frequency tables (default, linear, Llama 3), grouped-query
-// attention with optional biases, q/k norms and a sliding window, the gated MLP, and the softmax-routed MoE.
+// attention with optional biases, q/k norms and a sliding window, the gated MLP, and the routed MoE (softmax or
+// sigmoid gating).
 // Everything runs through ops/ops.h on the device the weights live on.
 #include <string>
 #include <vector>
@@ -71,22 +72,47 @@ void expect_mlp(const std::string& prefix, int64_t intermediate, int64_t hidden,
 Mlp load_mlp(const Weights& ts, const std::string& prefix, int64_t intermediate, int64_t hidden);
 Tensor gated_mlp(const Mlp& m, Unary act, const Tensor& x);
 
-// Softmax top-k routing (Qwen3-MoE, Mixtral): p = softmax(router(x)), the k largest, renormalised to sum 1
-// when `renormalize` (norm_topk_prob), each expert a gated MLP.
-struct SoftmaxMoe {
-  Linear router;        // [E, H]
-  Linear gate, up, down;  // the experts stacked [E, out, in] (views of a fused layout)
+// ---------------------------------------------------------------------------------------------------------------
+// Mixture of experts
+
+// How a row picks its k experts from the router's logits [T, E], by gating kind (as in llama.cpp's
+// build_moe_ffn):
+//  * Softmax (Qwen3-MoE, Mixtral, Gemma 4): p = softmax(logits), the k largest, renormalised to sum 1 when
+//    `renormalize` (norm_topk_prob), times `expert_scale` when given (Gemma 4's per_expert_scale).
+//  * Sigmoid (GLM-4.7, DeepSeek V3): s = sigmoid(logits); the experts are chosen by s + `score_bias`
+//    (e_score_correction_bias) among the `groups_kept` best of `groups` expert groups (n_group / topk_group,
+//    a group scored by the sum of its two best), and weighted by the unbiased s, renormalised when
+//    `renormalize`.
+// Either way the weights are then multiplied by `scale` (routed_scaling_factor).
+struct MoeRouting {
+  RouteParams::Kind gating = RouteParams::Softmax;
   int top_k = 0;
   bool renormalize = true;
+  float scale = 1.0f;
+  Tensor score_bias;    // F32 [E], Sigmoid only; undefined = none
+  Tensor expert_scale;  // F32 [E]; undefined = none
+  int groups = 1, groups_kept = 1;
+};
+// Routing on the device: weights [T, k] (F32) and expert ids [T, k] (I32) for router logits [T, E].
+void route_experts(const Tensor& logits, const MoeRouting& r, Tensor* weights, Tensor* experts);
+
+// A routed MoE: the router (P + "gate.weight" [E, H]) and experts that are each a gated MLP.
+struct RoutedMoe {
+  Linear router;          // [E, H]
+  MoeRouting routing;     // score_bias from P + "gate.e_score_correction_bias" for sigmoid gating
+  Linear gate, up, down;  // the experts stacked [E, out, in] (views of a fused layout)
 };
 // Experts under P + "experts.": per expert (E.gate_proj.weight ...), stacked per projection
 // (gate_proj.weight [E, I, H] ..., the store's layout for quantized experts) or fused (gate_up_proj [E, 2I,
-// H]).
-void expect_softmax_moe(const std::string& prefix, int64_t experts, int64_t intermediate, int64_t hidden,
-                        const std::function<bool(const std::string&)>& has, std::vector<ExpectedTensor>& e);
-SoftmaxMoe load_softmax_moe(const Weights& ts, const std::string& prefix, int64_t experts,
-                            int64_t intermediate, int64_t hidden, int top_k, bool renormalize);
-Tensor softmax_moe(const SoftmaxMoe& m, Unary act, const Tensor& x);
+// H]). Sigmoid gating also expects P + "gate.e_score_correction_bias" [E].
+void expect_routed_moe(const std::string& prefix, int64_t experts, int64_t intermediate, int64_t hidden,
+                       RouteParams::Kind gating, const std::function<bool(const std::string&)>& has,
+                       std::vector<ExpectedTensor>& e);
+// `routing` without its tensors: the score bias is loaded here for sigmoid gating.
+RoutedMoe load_routed_moe(const Weights& ts, const std::string& prefix, int64_t experts, int64_t intermediate,
+                          int64_t hidden, MoeRouting routing);
+// x [T, H] -> [T, H]: each row through its k experts, summed with the routing weights.
+Tensor routed_moe(const RoutedMoe& m, Unary act, const Tensor& x);
 
 // Norm weights (F32 [n]); with plus_one the stored value is w - 1 and 1 + w is returned (Gemma's RMSNorm).
 Tensor load_norm(const Weights& ts, const std::string& name, int64_t n, bool plus_one);

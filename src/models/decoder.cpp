@@ -6,7 +6,6 @@
 #include "models/loader.h"
 #include "models/weights.h"
 #include "ops/ops.h"
-#include "quant/format.h"
 
 namespace vatic {
 
@@ -46,7 +45,8 @@ std::vector<ExpectedTensor> DecoderSpec::expected_tensors(
     }
     blocks::expect_attention(p + "self_attn.", attn, e);
     if (layers[i].moe)
-      blocks::expect_softmax_moe(p + "mlp.", num_experts, moe_intermediate_size, H, has, e);
+      blocks::expect_routed_moe(p + "mlp.", num_experts, moe_intermediate_size, H, RouteParams::Softmax, has,
+                                e);
     else
       blocks::expect_mlp(p + "mlp.", intermediate_size, H, e);
   }
@@ -81,11 +81,16 @@ DecoderModel::DecoderModel(DecoderSpec spec, std::shared_ptr<const Weights> weig
     l.attn =
         blocks::load_attention(ts, p + "self_attn.", l.shape,
                                blocks::rope_inv_freq(ls.rope, static_cast<int>(spec_.attn.head_dim), dev));
-    if (ls.moe)
-      l.moe = blocks::load_softmax_moe(ts, p + "mlp.", spec_.num_experts, spec_.moe_intermediate_size, H,
-                                       spec_.top_k, spec_.norm_topk_prob);
-    else
+    if (ls.moe) {
+      blocks::MoeRouting routing;
+      routing.gating = RouteParams::Softmax;
+      routing.top_k = spec_.top_k;
+      routing.renormalize = spec_.norm_topk_prob;
+      l.moe = blocks::load_routed_moe(ts, p + "mlp.", spec_.num_experts, spec_.moe_intermediate_size, H,
+                                      std::move(routing));
+    } else {
       l.mlp = blocks::load_mlp(ts, p + "mlp.", spec_.intermediate_size, H);
+    }
   }
 
   info_.architecture = spec_.architecture;
@@ -94,22 +99,14 @@ DecoderModel::DecoderModel(DecoderSpec spec, std::shared_ptr<const Weights> weig
   info_.context_length = spec_.context_length;
   info_.eos_ids = spec_.eos_ids;
   info_.bos_id = spec_.bos_id;
-  bool quantized = false;
-  for (const auto& name : ts.names()) {
-    if (name.rfind(P, 0) != 0 && name != "lm_head.weight" && name.rfind("lm_head.", 0) != 0) continue;
-    Tensor t = ts.host(name);
-    info_.weight_bytes += t.nbytes();
-    if (name.ends_with(".scales") || name.ends_with(".biases")) {
-      quantized = true;
-      continue;
-    }
-    if (t.dtype() == DType::U32 && ts.has(quant_base_name(name) + ".scales"))
-      info_.parameter_count += t.numel() * 32 / quant_spec_of(ts.store(), name).bits;
-    else
-      info_.parameter_count += t.numel();
-  }
+  // The decoder and its head (a multimodal wrapper's other towers are not counted).
+  const WeightTotals totals = count_weights(ts, [&P](const std::string& name) {
+    return name.starts_with(P) || name.starts_with("lm_head.");
+  });
+  info_.weight_bytes = totals.bytes;
+  info_.parameter_count = totals.parameters;
   info_.kv_bytes_per_token = static_cast<size_t>(spec_.kv_bytes_per_token());
-  info_.quantization = quantized ? "quantized" : "bf16";
+  info_.quantization = totals.quantized ? "quantized" : "bf16";
 }
 
 std::unique_ptr<SequenceState> DecoderModel::new_state() const {
@@ -145,13 +142,13 @@ ForwardResult DecoderModel::forward(SequenceState& state, const std::vector<int3
     if (spec_.sandwich_norms) {
       x = ops::add(x, ops::rms_norm(a, l.post_attn_ln, eps));
       Tensor y = ops::rms_norm(x, l.pre_ff_ln, eps);
-      Tensor f = spec_.layers[i].moe ? blocks::softmax_moe(l.moe, spec_.activation, y)
+      Tensor f = spec_.layers[i].moe ? blocks::routed_moe(l.moe, spec_.activation, y)
                                      : blocks::gated_mlp(l.mlp, spec_.activation, y);
       x = ops::add(x, ops::rms_norm(f, l.post_ff_ln, eps));
     } else {
       x = ops::add(x, a);
       Tensor y = ops::rms_norm(x, l.post_attn_ln, eps);
-      Tensor f = spec_.layers[i].moe ? blocks::softmax_moe(l.moe, spec_.activation, y)
+      Tensor f = spec_.layers[i].moe ? blocks::routed_moe(l.moe, spec_.activation, y)
                                      : blocks::gated_mlp(l.mlp, spec_.activation, y);
       x = ops::add(x, f);
     }

@@ -69,7 +69,7 @@ class DecoderModel final : public LanguageModel {
     blocks::AttentionShape shape;
     blocks::AttentionWeights attn;
     blocks::Mlp mlp;
-    blocks::SoftmaxMoe moe;
+    blocks::RoutedMoe moe;
   };
 
   DecoderSpec spec_;

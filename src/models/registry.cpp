@@ -1,5 +1,6 @@
 #include "models/registry.h"
 
+#include "formats/config_json.h"
 #include "util/error.h"
 #include "util/files.h"
 
@@ -28,16 +29,8 @@ const ModelFamily* find_family(const std::string& architecture) {
 }
 
 std::string config_architecture(const json& config, const std::string& source) {
-  if (!config.is_object()) throw InvalidInput(fmt::format("invalid config {}: not a JSON object", source));
-  auto it = config.find("architectures");
-  if (it != config.end() && !it->is_null()) {
-    if (!it->is_array() || it->empty() || !(*it)[0].is_string())
-      throw InvalidInput(
-          fmt::format("invalid config {}: field architectures must be a non-empty list of names", source));
-    return (*it)[0].get<std::string>();
-  }
-  auto mt = config.find("model_type");
-  const std::string model_type = (mt != config.end() && mt->is_string()) ? mt->get<std::string>() : "";
+  if (auto name = config_architectures_entry(config, source)) return *name;
+  const std::string model_type = config_model_type(config);
   for (const auto* f : model_families()) {
     const auto types = f->model_types();
     for (size_t i = 0; i < types.size(); i++)

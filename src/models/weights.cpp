@@ -2,6 +2,7 @@
 
 #include "ops/ops.h"
 #include "quant/format.h"
+#include "quant/quantize.h"
 
 namespace vatic {
 
@@ -27,6 +28,25 @@ Tensor Weights::place(const std::string& name, const Shape& shape, bool keep) co
 
 Tensor Weights::optional(const std::string& name, const Shape& shape) const {
   return has(name) ? require(name, shape) : Tensor();
+}
+
+WeightTotals count_weights(const Weights& w, const std::function<bool(const std::string&)>& counts) {
+  WeightTotals r;
+  for (const auto& name : w.names()) {
+    if (!counts(name)) continue;
+    const Tensor t = w.host(name);
+    r.bytes += t.nbytes();
+    if (name.ends_with(".scales") || name.ends_with(".biases")) {
+      r.quantized = true;
+      continue;
+    }
+    // Packed U32 weights hold 32 / bits values per word (bits from the quantization metadata).
+    if (t.dtype() == DType::U32 && w.has(quant_base_name(name) + ".scales"))
+      r.parameters += t.numel() * 32 / quant_spec_of(w.store(), name).bits;
+    else
+      r.parameters += t.numel();
+  }
+  return r;
 }
 
 static Linear load_any(const Weights& w, const std::string& wname, const std::string& base, Shape logical,

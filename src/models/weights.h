@@ -46,6 +46,16 @@ class Weights {
   mutable uint64_t done_ = 0;
 };
 
+// What the tensors `counts` picks hold (a model's own tensors: not a vision tower, not a drafter's layers):
+// their bytes, their parameters (a packed quantized weight counts its logical values; scales and biases are
+// none) and whether any of them is quantized. Reads only the stored headers.
+struct WeightTotals {
+  uint64_t bytes = 0;
+  int64_t parameters = 0;
+  bool quantized = false;
+};
+WeightTotals count_weights(const Weights& w, const std::function<bool(const std::string&)>& counts);
+
 // A linear map named BASE (tensor BASE.weight, dense [out, in], or quantized: BASE.weight packed U32 with
 // BASE.scales / BASE.biases; see quant/quantize.h for the convention). Checks the logical shape.
 Linear load_linear(const Weights& w, const std::string& base, int64_t out, int64_t in);

@@ -9,7 +9,7 @@
 #include <fstream>
 #include <string>
 
-#include "formats/model_config.h"
+#include "formats/config_json.h"
 #include "formats/safetensors.h"
 #include "util/error.h"
 

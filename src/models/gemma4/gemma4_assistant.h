@@ -5,7 +5,7 @@
 #include <memory>
 #include <vector>
 
-#include "formats/model_config.h"
+#include "models/gemma4/gemma4_config.h"
 #include "models/gemma4/gemma4_model.h"
 
 namespace vatic {

@@ -1,7 +1,7 @@
 // Gemma 4 in the family registry: the targets (Gemma4ForConditionalGeneration's text part, Gemma4ForCausalLM)
 // and the assistant drafter (Gemma4AssistantForCausalLM), attached with DRAFT.
-#include "formats/model_config.h"
 #include "models/gemma4/gemma4_assistant.h"
+#include "models/gemma4/gemma4_config.h"
 #include "models/gemma4/gemma4_model.h"
 #include "models/loader.h"
 #include "models/registry.h"
@@ -10,7 +10,7 @@ namespace vatic {
 namespace {
 
 bool is_assistant(const json& config, const std::string& source) {
-  return detect_architecture(config, source) == Architecture::Gemma4AssistantForCausalLM;
+  return gemma4_architecture(config, source) == kGemma4Assistant;
 }
 
 void expect_layers(const Gemma4TextConfig& c, std::vector<ExpectedTensor>& e, bool assistant) {
@@ -57,12 +57,8 @@ void expect_layers(const Gemma4TextConfig& c, std::vector<ExpectedTensor>& e, bo
 class Gemma4Family final : public ModelFamily {
  public:
   std::string name() const override { return "gemma4"; }
-  std::vector<std::string> architectures() const override {
-    return {"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4AssistantForCausalLM"};
-  }
-  std::vector<std::string> model_types() const override {
-    return {"gemma4", "gemma4_text", "gemma4_assistant"};
-  }
+  std::vector<std::string> architectures() const override { return gemma4_architectures(); }
+  std::vector<std::string> model_types() const override { return gemma4_model_types(); }
   bool drafter_only(const json& config) const override { return is_assistant(config, "config.json"); }
 
   ConfigSummary summary(const json& config, const std::string& source) const override {
@@ -75,11 +71,7 @@ class Gemma4Family final : public ModelFamily {
     s.vocab_size = c.vocab_size;
     s.num_layers = c.num_layers;
     s.num_experts = c.enable_moe_block ? c.num_experts : 0;
-    // K and V (f32) of every KV-owning full-attention layer; sliding layers stop growing at the window.
-    if (!asst)
-      for (const auto& l : c.layers)
-        if (!l.kv_shared && !l.is_sliding)
-          s.kv_bytes_per_token += 2 * int64_t{l.num_kv_heads} * l.head_dim * 4;
+    s.kv_bytes_per_token = asst ? 0 : c.kv_bytes_per_token();  // the assistant reads its target's cache
     return s;
   }
 

@@ -4,12 +4,11 @@
 #include <numeric>
 
 #include "models/weights.h"
-#include "quant/format.h"
 #include "ops/ops.h"
 
 namespace vatic {
 
-Tensor Gemma4Model::rope_frequencies(const RopeConfig& rope, int head_dim, Device device) {
+Tensor Gemma4Model::rope_frequencies(const Gemma4RopeConfig& rope, int head_dim, Device device) {
   // As transformers computes them in float32: theta^(-2i/d) for the rotated pairs, 0 (identity) for the rest.
   const int pairs = head_dim / 2;
   const int rotated = rope.type == "proportional" ? rope.rotated_pairs(head_dim) : pairs;
@@ -73,7 +72,10 @@ Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const Weights>
       l.post_ff_ln2 = load_f32(ts, p + "post_feedforward_layernorm_2.weight", {H});
       l.router = load_linear(ts, p + "router.proj", E, H);
       l.router_scale = load_f32(ts, p + "router.scale", {H});
-      l.per_expert_scale = load_f32(ts, p + "router.per_expert_scale", {E});
+      l.routing.gating = RouteParams::Softmax;
+      l.routing.top_k = cfg_.top_k_experts;
+      l.routing.renormalize = true;
+      l.routing.expert_scale = load_f32(ts, p + "router.per_expert_scale", {E});
       l.experts_gate_up = load_stacked(ts, p + "experts.gate_up_proj", E, 2 * MI, H);
       l.experts_down = load_stacked(ts, p + "experts.down_proj", E, H, MI);
     }
@@ -84,31 +86,19 @@ Gemma4Model::Gemma4Model(Gemma4TextConfig config, std::shared_ptr<const Weights>
     }
   }
 
-  info_.architecture = architecture_name(cfg_.arch);
+  info_.architecture = cfg_.architecture;
   info_.vocab_size = V;
   info_.hidden_size = H;
   info_.context_length = cfg_.max_position_embeddings;
   for (auto e : cfg_.eos_token_ids) info_.eos_ids.push_back(static_cast<int32_t>(e));
   info_.bos_id = cfg_.bos_token_id ? static_cast<int32_t>(*cfg_.bos_token_id) : -1;
-  for (const auto& name : ts.names()) {
-    // Count what this model uses (skips vision/audio towers and stale KV tensors of shared layers).
-    if (name.rfind(P, 0) != 0) continue;
-    Tensor t = ts.host(name);
-    info_.weight_bytes += t.nbytes();
-    // Packed quantized weights hold 32/bits values per word; their scales and biases are not parameters.
-    const bool aux = name.ends_with(".scales") || name.ends_with(".biases");
-    if (t.dtype() == DType::U32)
-      info_.parameter_count += t.numel() * 32 / quant_spec_of(ts.store(), name).bits;
-    else if (!aux)
-      info_.parameter_count += t.numel();
-  }
-  size_t per_token = 0;
-  for (int i = 0; i < L; i++) {
-    const auto& lc = cfg_.layer(i);
-    if (!lc.kv_shared && !lc.is_sliding) per_token += 2 * static_cast<size_t>(lc.num_kv_heads) * lc.head_dim * 4;
-  }
-  info_.kv_bytes_per_token = per_token;
-  info_.quantization = ts.has(cfg_.layer_prefix(0) + "self_attn.q_proj.scales") ? "quantized" : "bf16";
+  // The text model (not the vision / audio towers).
+  const WeightTotals totals =
+      count_weights(ts, [&P](const std::string& name) { return name.starts_with(P); });
+  info_.weight_bytes = totals.bytes;
+  info_.parameter_count = totals.parameters;
+  info_.kv_bytes_per_token = static_cast<size_t>(cfg_.kv_bytes_per_token());
+  info_.quantization = totals.quantized ? "quantized" : "bf16";
   graphs_ = std::make_unique<ForwardGraphs>(device());
 }
 
@@ -167,18 +157,11 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
 Tensor Gemma4Model::moe_block(const Gemma4Layer& l, const Tensor& r) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const int64_t H = cfg_.hidden_size, MI = cfg_.moe_intermediate_size;
-  const int K = cfg_.top_k_experts;
   Tensor m1 = ops::rms_norm(mlp(l, ops::rms_norm(r, l.pre_ff_ln, eps)), l.post_ff_ln1, eps);
   // Router: weight-less norm of the raw residual, learned scale, H^-1/2.
   Tensor z = ops::scale(ops::mul(ops::rms_norm(r, Tensor(), eps), l.router_scale), 1.0f / std::sqrt(float(H)));
-  // Routing stays on the device: softmax over experts, top k, renormalised, times each expert's learned scale.
-  RouteParams rp;
-  rp.kind = RouteParams::Softmax;
-  rp.k = K;
-  rp.renormalize = true;
-  rp.expert_scale = &l.per_expert_scale;
   Tensor weights, experts;
-  ops::route(ops::matmul(z, l.router), rp, &weights, &experts);
+  blocks::route_experts(ops::matmul(z, l.router), l.routing, &weights, &experts);
   Tensor x2 = ops::rms_norm(r, l.pre_ff_ln2, eps);
   Tensor gu = ops::matmul_experts(x2, l.experts_gate_up, experts);  // [T·K, 2·MI]
   Tensor act = ops::gated(Unary::GeluTanh, ops::contiguous(gu.slice(1, 0, MI)), ops::contiguous(gu.slice(1, MI, 2 * MI)));

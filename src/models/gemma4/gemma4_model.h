@@ -5,10 +5,11 @@
 #include <vector>
 
 #include "backend/linear.h"
-#include "formats/model_config.h"
+#include "models/blocks.h"
 #include "models/forward_graphs.h"
-#include "models/weights.h"
+#include "models/gemma4/gemma4_config.h"
 #include "models/kv_state.h"
+#include "models/weights.h"
 #include "models/model.h"
 
 namespace vatic {
@@ -19,8 +20,9 @@ struct Gemma4Layer {
   Tensor q_norm, k_norm;                                 // F32 [d]
   Linear gate, up, down;                                 // dense MLP
   // MoE (26B-A4B): routed experts beside the dense MLP.
-  Tensor pre_ff_ln2, post_ff_ln1, post_ff_ln2, router_scale, per_expert_scale;
+  Tensor pre_ff_ln2, post_ff_ln1, post_ff_ln2, router_scale;
   Linear router, experts_gate_up, experts_down;
+  blocks::MoeRouting routing;  // softmax top-k, renormalised, times router.per_expert_scale
   // Per-layer embeddings.
   Linear ple_gate, ple_proj;
   Tensor post_ple_norm;
@@ -47,7 +49,7 @@ class Gemma4Model final : public LanguageModel {
   static Tensor attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,
                                   const Tensor& positions, float eps);
   static Tensor mlp(const Gemma4Layer& l, const Tensor& y);
-  static Tensor rope_frequencies(const RopeConfig& rope, int head_dim, Device device);
+  static Tensor rope_frequencies(const Gemma4RopeConfig& rope, int head_dim, Device device);
   // What every Gemma 4 layer has: norms, Q/O projections and Q norm, the dense MLP, layer_scalar, RoPE table.
   static Gemma4Layer load_layer(const Weights& ts, const std::string& prefix, const Gemma4LayerConfig& lc,
                                 int64_t heads, int64_t hidden);

@@ -1,6 +1,6 @@
 // GLM-4.7-Flash in the family registry: MLA attention with a latent KV cache, sigmoid-routed MoE, and the MTP
 // layers of its own checkpoint as the drafter.
-#include "formats/model_config.h"
+#include "models/blocks.h"
 #include "models/glm4_moe_lite/glm4_moe_lite_model.h"
 #include "models/loader.h"
 #include "models/registry.h"
@@ -11,8 +11,8 @@ namespace {
 class Glm4MoeLiteFamily final : public ModelFamily {
  public:
   std::string name() const override { return "glm4_moe_lite"; }
-  std::vector<std::string> architectures() const override { return {"Glm4MoeLiteForCausalLM"}; }
-  std::vector<std::string> model_types() const override { return {"glm4_moe_lite"}; }
+  std::vector<std::string> architectures() const override { return {kGlm4MoeLiteArchitecture}; }
+  std::vector<std::string> model_types() const override { return {kGlm4MoeLiteModelType}; }
 
   ConfigSummary summary(const json& config, const std::string& source) const override {
     Glm4MoeLiteConfig c = Glm4MoeLiteConfig::parse(config, source);
@@ -22,8 +22,7 @@ class Glm4MoeLiteFamily final : public ModelFamily {
     s.vocab_size = c.vocab_size;
     s.num_layers = c.num_layers;
     s.num_experts = c.n_routed_experts;
-    // MLA caches only the latent and the shared rotary key (f32).
-    s.kv_bytes_per_token = int64_t{c.num_layers} * (c.kv_lora_rank + c.qk_rope_head_dim) * 4;
+    s.kv_bytes_per_token = c.kv_bytes_per_token();
     return s;
   }
 
@@ -53,31 +52,12 @@ class Glm4MoeLiteFamily final : public ModelFamily {
           {p + "self_attn.kv_b_proj.weight", {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}});
       e.push_back({p + "self_attn.o_proj.weight", {H, nh * c.v_head_dim}});
       if (!c.is_moe(i)) {
-        e.push_back({p + "mlp.gate_proj.weight", {c.intermediate_size, H}});
-        e.push_back({p + "mlp.up_proj.weight", {c.intermediate_size, H}});
-        e.push_back({p + "mlp.down_proj.weight", {H, c.intermediate_size}});
+        blocks::expect_mlp(p + "mlp.", c.intermediate_size, H, e);
         continue;
       }
-      const int64_t E = c.n_routed_experts, I = c.moe_intermediate_size, S = I * c.n_shared_experts;
-      e.push_back({p + "mlp.gate.weight", {E, H}});
-      e.push_back({p + "mlp.gate.e_score_correction_bias", {E}});
-      for (const char* proj : {"gate_proj", "up_proj", "down_proj"}) {
-        Shape one = std::string(proj) == "down_proj" ? Shape{H, I} : Shape{I, H};
-        std::string stacked = p + "mlp.experts." + proj + ".weight";
-        if (has(stacked)) {
-          Shape s = one;
-          s.insert(s.begin(), E);
-          e.push_back({stacked, s});
-        } else {
-          for (int x = 0; x < E; ++x)
-            e.push_back({p + "mlp.experts." + std::to_string(x) + "." + proj + ".weight", one});
-        }
-      }
-      if (c.n_shared_experts > 0) {
-        e.push_back({p + "mlp.shared_experts.gate_proj.weight", {S, H}});
-        e.push_back({p + "mlp.shared_experts.up_proj.weight", {S, H}});
-        e.push_back({p + "mlp.shared_experts.down_proj.weight", {H, S}});
-      }
+      const int64_t I = c.moe_intermediate_size;
+      blocks::expect_routed_moe(p + "mlp.", c.n_routed_experts, I, H, RouteParams::Sigmoid, has, e);
+      if (c.n_shared_experts > 0) blocks::expect_mlp(p + "mlp.shared_experts.", I * c.n_shared_experts, H, e);
     }
     return e;
   }

@@ -1,4 +1,3 @@
-#include "formats/model_config.h"
 #include "models/glm4_moe_lite/glm4_moe_lite_model.h"
 #include "models/glm4_moe_lite/glm4_mtp_drafter.h"
 #include "models/loader.h"

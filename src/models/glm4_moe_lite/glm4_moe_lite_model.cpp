@@ -7,8 +7,6 @@
 
 #include "models/weights.h"
 #include "ops/ops.h"
-#include "quant/format.h"
-#include "quant/quantize.h"
 
 namespace vatic {
 
@@ -16,24 +14,6 @@ namespace {
 
 // q_a_layernorm / kv_a_layernorm are built without an eps in transformers: its default 1e-6 applies.
 constexpr float kLoraNormEps = 1e-6f;
-
-// A stacked [E, out, in] weight stored under WNAME (which may end in ".weight"; quantized scales/biases then sit
-// under the name without that suffix, as the store writes them).
-Linear load_stacked_weight(const Weights& ts, const std::string& wname, int64_t E, int64_t out, int64_t in) {
-  const std::string base = quant_base_name(wname);
-  Linear l;
-  if (ts.has(base + ".scales")) {
-    QuantSpec q = quant_spec_of(ts.store(), wname);
-    l.weight = ts.require(wname, {E, out, in * q.bits / 32});
-    l.scales = ts.require(base + ".scales", {E, out, in / q.group_size});
-    l.biases = ts.require(base + ".biases", {E, out, in / q.group_size});
-    l.bits = q.bits;
-    l.group = q.group_size;
-  } else {
-    l.weight = ts.require(wname, {E, out, in});
-  }
-  return l;
-}
 
 // Dense transposes of W_UK[h] (rows h·(nope+v) .. h·(nope+v)+nope of kv_b) for every head: [nh, kv_lora, nope].
 // Computed as I · W_UK[h]ᵀ through the device's matmul, so quantized kv_b works the same as dense.
@@ -80,33 +60,20 @@ Glm4MoeLiteModel::Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<con
                 cfg_.source.string(), i, cfg_.is_moe(i) ? "sparse" : "dense", layers_.back().ffn.moe ? "MoE" : "dense");
   }
 
-  info_.architecture = architecture_name(Architecture::Glm4MoeLiteForCausalLM);
+  info_.architecture = kGlm4MoeLiteArchitecture;
   info_.vocab_size = V;
   info_.hidden_size = H;
   info_.context_length = cfg_.max_position_embeddings;
   for (auto e : cfg_.eos_token_ids) info_.eos_ids.push_back(static_cast<int32_t>(e));
   info_.bos_id = cfg_.bos_token_id ? static_cast<int32_t>(*cfg_.bos_token_id) : -1;
-  bool quantized = false;
-  for (const auto& name : ts.names()) {
-    // Count the main model only: the MTP layers (model.layers.L.. for L >= num_hidden_layers) belong to the drafter.
-    const std::string lp = P + "layers.";
-    if (name.rfind(lp, 0) == 0 && std::atoi(name.c_str() + lp.size()) >= cfg_.num_layers) continue;
-    Tensor t = ts.host(name);
-    info_.weight_bytes += t.nbytes();
-    if (name.ends_with(".scales") || name.ends_with(".biases")) {
-      quantized = true;
-      continue;
-    }
-    // Packed U32 weights: bits per element from the quantization metadata.
-    if (t.dtype() == DType::U32 && ts.has(quant_base_name(name) + ".scales"))
-      info_.parameter_count += t.numel() * 32 / quant_spec_of(ts.store(), name).bits;
-    else
-      info_.parameter_count += t.numel();
-  }
-  // Latent c [kv_lora] + rotary key [rope] per token and layer, f32.
-  info_.kv_bytes_per_token =
-      static_cast<size_t>(cfg_.num_layers) * static_cast<size_t>(cfg_.kv_lora_rank + cfg_.qk_rope_head_dim) * 4;
-  info_.quantization = quantized ? "quantized" : dtype_name(embed_tokens_.dtype());
+  // The main model only: the MTP layers (model.layers.L.. for L >= num_hidden_layers) belong to the drafter.
+  const WeightTotals totals = count_weights(ts, [this, lp = P + "layers."](const std::string& name) {
+    return !(name.starts_with(lp) && std::atoi(name.c_str() + lp.size()) >= cfg_.num_layers);
+  });
+  info_.weight_bytes = totals.bytes;
+  info_.parameter_count = totals.parameters;
+  info_.kv_bytes_per_token = static_cast<size_t>(cfg_.kv_bytes_per_token());
+  info_.quantization = totals.quantized ? "quantized" : dtype_name(embed_tokens_.dtype());
   std::transform(info_.quantization.begin(), info_.quantization.end(), info_.quantization.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
 }
@@ -146,44 +113,13 @@ Glm4LayerWeights Glm4MoeLiteModel::load_layer(const std::string& p) const {
   const std::string m = p + "mlp.";
   f.moe = ts.has(m + "gate.weight");
   if (!f.moe) {
-    const int64_t I = cfg_.intermediate_size;
-    f.gate = load_linear(ts, m + "gate_proj", I, H);
-    f.up = load_linear(ts, m + "up_proj", I, H);
-    f.down = load_linear(ts, m + "down_proj", H, I);
+    f.mlp = blocks::load_mlp(ts, m, cfg_.intermediate_size, H);
     return l;
   }
   const int64_t E = cfg_.n_routed_experts, I = cfg_.moe_intermediate_size;
-  f.router = load_linear(ts, m + "gate", E, H);
-  f.score_bias = load_f32(ts, m + "gate.e_score_correction_bias", {E});
-  if (cfg_.n_shared_experts > 0) {
-    const int64_t S = I * cfg_.n_shared_experts;
-    f.gate = load_linear(ts, m + "shared_experts.gate_proj", S, H);
-    f.up = load_linear(ts, m + "shared_experts.up_proj", S, H);
-    f.down = load_linear(ts, m + "shared_experts.down_proj", H, S);
-  }
-  const std::string e = m + "experts.";
-  if (ts.has(e + "gate_up_proj") || ts.has(e + "gate_up_proj.weight")) {
-    // Fused (transformers v5): gate_up_proj [E, 2I, H], down_proj [E, H, I].
-    const std::string gu = ts.has(e + "gate_up_proj") ? e + "gate_up_proj" : e + "gate_up_proj.weight";
-    const std::string dn = ts.has(e + "down_proj") ? e + "down_proj" : e + "down_proj.weight";
-    Linear gate_up = load_stacked_weight(ts, gu, E, 2 * I, H);
-    f.exp_gate = gate_up.rows(0, I);
-    f.exp_up = gate_up.rows(I, 2 * I);
-    f.exp_down = load_stacked_weight(ts, dn, E, H, I);
-  } else if (ts.has(e + "gate_proj.weight")) {
-    // Stacked per projection (the store's layout for quantized GLM experts): [E, I, H], [E, I, H], [E, H, I].
-    f.exp_gate = load_stacked_weight(ts, e + "gate_proj.weight", E, I, H);
-    f.exp_up = load_stacked_weight(ts, e + "up_proj.weight", E, I, H);
-    f.exp_down = load_stacked_weight(ts, e + "down_proj.weight", E, H, I);
-  } else {
-    // One tensor per expert and projection (the released checkpoints), stacked on the device.
-    auto name = [&](const char* proj) {
-      return [&e, proj](int64_t x) { return e + std::to_string(x) + "." + proj; };
-    };
-    f.exp_gate = load_experts(ts, name("gate_proj"), E, I, H);
-    f.exp_up = load_experts(ts, name("up_proj"), E, I, H);
-    f.exp_down = load_experts(ts, name("down_proj"), E, H, I);
-  }
+  f.routed = blocks::load_routed_moe(ts, m, E, I, H, routing());
+  if (cfg_.n_shared_experts > 0)
+    f.mlp = blocks::load_mlp(ts, m + "shared_experts.", I * cfg_.n_shared_experts, H);
   return l;
 }
 
@@ -233,27 +169,23 @@ Tensor Glm4MoeLiteModel::attention(const Glm4MlaWeights& a, const Tensor& x, con
   return ops::matmul(heads, a.o);
 }
 
-Tensor Glm4MoeLiteModel::ffn(const Glm4FfnWeights& f, const Tensor& x) const {
-  auto mlp = [](const Linear& g, const Linear& u, const Linear& d, const Tensor& y) {
-    return ops::matmul(ops::gated(Unary::Silu, ops::matmul(y, g), ops::matmul(y, u)), d);
-  };
-  if (!f.moe) return mlp(f.gate, f.up, f.down, x);
+blocks::MoeRouting Glm4MoeLiteModel::routing() const {
+  // Sigmoid scores, chosen by score + correction bias within the best groups, weighted by the unbiased scores
+  // (renormalised when norm_topk_prob) times routed_scaling_factor.
+  blocks::MoeRouting r;
+  r.gating = RouteParams::Sigmoid;
+  r.top_k = cfg_.num_experts_per_tok;
+  r.renormalize = cfg_.norm_topk_prob;
+  r.scale = static_cast<float>(cfg_.routed_scaling_factor);
+  r.groups = cfg_.n_group;
+  r.groups_kept = cfg_.topk_group;
+  return r;
+}
 
-  // Routing on the device: sigmoid scores, chosen by score + correction bias within the best groups, weighted by
-  // the unbiased scores (renormalised when norm_topk_prob) times routed_scaling_factor.
-  RouteParams rp;
-  rp.kind = RouteParams::Sigmoid;
-  rp.k = cfg_.num_experts_per_tok;
-  rp.renormalize = cfg_.norm_topk_prob;
-  rp.scale = static_cast<float>(cfg_.routed_scaling_factor);
-  rp.bias = &f.score_bias;
-  rp.groups = cfg_.n_group;
-  rp.groups_kept = cfg_.topk_group;
-  Tensor weights, experts;
-  ops::route(ops::matmul(x, f.router), rp, &weights, &experts);
-  Tensor g = ops::matmul_experts(x, f.exp_gate, experts), u = ops::matmul_experts(x, f.exp_up, experts);
-  Tensor out = ops::combine_rows(ops::matmul_experts(ops::gated(Unary::Silu, g, u), f.exp_down, experts), weights);
-  if (f.gate.defined()) ops::add_inplace(out, mlp(f.gate, f.up, f.down, x));
+Tensor Glm4MoeLiteModel::ffn(const Glm4FfnWeights& f, const Tensor& x) const {
+  if (!f.moe) return blocks::gated_mlp(f.mlp, Unary::Silu, x);
+  Tensor out = blocks::routed_moe(f.routed, Unary::Silu, x);
+  if (f.mlp.gate.defined()) ops::add_inplace(out, blocks::gated_mlp(f.mlp, Unary::Silu, x));
   return out;
 }
 

@@ -11,9 +11,10 @@
 #include <vector>
 
 #include "backend/linear.h"
-#include "formats/model_config.h"
-#include "models/weights.h"
+#include "models/blocks.h"
+#include "models/glm4_moe_lite/glm4_moe_lite_config.h"
 #include "models/kv_state.h"
+#include "models/weights.h"
 #include "models/model.h"
 
 namespace vatic {
@@ -32,10 +33,8 @@ struct Glm4MlaWeights {
 
 struct Glm4FfnWeights {
   bool moe = false;
-  Linear gate, up, down;                        // dense MLP, or the shared expert(s) of a MoE layer
-  Linear router;                                // [E, H]
-  Tensor score_bias;                            // e_score_correction_bias, F32 [E]
-  Linear exp_gate, exp_up, exp_down;            // routed experts stacked [E, out, in] (views of a fused layout)
+  blocks::Mlp mlp;           // dense MLP, or the shared expert(s) of a MoE layer (undefined when none)
+  blocks::RoutedMoe routed;  // sigmoid-routed experts of a MoE layer
 };
 
 struct Glm4LayerWeights {
@@ -71,6 +70,7 @@ class Glm4MoeLiteModel final : public LanguageModel {
   Tensor attention(const Glm4MlaWeights& a, const Tensor& x, const Tensor& rope_pos, const Tensor& slot_pos,
                    KvCache& cache) const;
   Tensor ffn(const Glm4FfnWeights& f, const Tensor& x) const;
+  blocks::MoeRouting routing() const;  // the config's sigmoid routing (without the per-layer score bias)
   // I32 [T·nh]: the head of each row when T tokens' heads are laid out as rows (per-head matmuls in one call).
   Tensor head_ids(int64_t T) const;
 

@@ -1,92 +1,25 @@
-#include "formats/model_config.h"
+#include "models/gemma4/gemma4_config.h"
 
+#include <algorithm>
 #include <cmath>
-#include <fstream>
+#include <cstdlib>
 #include <limits>
-#include <sstream>
 
-#include "tensor/dtype.h"
 #include "formats/config_fields.h"
+#include "formats/config_json.h"
+#include "tensor/dtype.h"
 #include "util/error.h"
 
 namespace vatic {
 
 namespace fs = std::filesystem;
 
-// ---------------------------------------------------------------------------------------------------------------
-// Architecture detection and config loading
+std::vector<std::string> gemma4_architectures() { return {kGemma4ConditionalGeneration, kGemma4CausalLM, kGemma4Assistant}; }
+std::vector<std::string> gemma4_model_types() { return {"gemma4", "gemma4_text", "gemma4_assistant"}; }
 
-const char* architecture_name(Architecture a) {
-  switch (a) {
-    case Architecture::Gemma4ForConditionalGeneration: return "Gemma4ForConditionalGeneration";
-    case Architecture::Gemma4ForCausalLM: return "Gemma4ForCausalLM";
-    case Architecture::Gemma4AssistantForCausalLM: return "Gemma4AssistantForCausalLM";
-    case Architecture::Glm4MoeLiteForCausalLM: return "Glm4MoeLiteForCausalLM";
-  }
-  return "?";
+std::string gemma4_architecture(const json& config, const std::string& source) {
+  return family_architecture(config, source, gemma4_architectures(), gemma4_model_types(), "Gemma 4");
 }
-
-std::string supported_architectures() {
-  return "Gemma4ForConditionalGeneration, Gemma4ForCausalLM, Gemma4AssistantForCausalLM, Glm4MoeLiteForCausalLM";
-}
-
-Architecture detect_architecture(const json& config, const std::string& source) {
-  if (!config.is_object()) throw InvalidInput(fmt::format("invalid config {}: not a JSON object", source));
-  std::string name;
-  auto it = config.find("architectures");
-  if (it != config.end() && !it->is_null()) {
-    if (!it->is_array() || it->empty() || !(*it)[0].is_string())
-      throw InvalidInput(fmt::format("invalid config {}: field architectures must be a non-empty list of names",
-                                     source));
-    name = (*it)[0].get<std::string>();
-  }
-  static const std::pair<const char*, Architecture> by_name[] = {
-      {"Gemma4ForConditionalGeneration", Architecture::Gemma4ForConditionalGeneration},
-      {"Gemma4ForCausalLM", Architecture::Gemma4ForCausalLM},
-      {"Gemma4AssistantForCausalLM", Architecture::Gemma4AssistantForCausalLM},
-      {"Glm4MoeLiteForCausalLM", Architecture::Glm4MoeLiteForCausalLM},
-  };
-  for (const auto& [n, a] : by_name)
-    if (name == n) return a;
-  if (name.empty()) {
-    auto mt = config.find("model_type");
-    std::string model_type = (mt != config.end() && mt->is_string()) ? mt->get<std::string>() : "";
-    if (model_type == "gemma4") return Architecture::Gemma4ForConditionalGeneration;
-    if (model_type == "gemma4_text") return Architecture::Gemma4ForCausalLM;
-    if (model_type == "gemma4_assistant") return Architecture::Gemma4AssistantForCausalLM;
-    if (model_type == "glm4_moe_lite") return Architecture::Glm4MoeLiteForCausalLM;
-    throw InvalidInput(fmt::format("unsupported model in {}: no architectures field{}; supported architectures: {}",
-                                   source, model_type.empty() ? "" : " and model_type \"" + model_type + "\"",
-                                   supported_architectures()));
-  }
-  throw InvalidInput(fmt::format("unsupported architecture \"{}\" in {}; supported architectures: {}", name, source,
-                                 supported_architectures()));
-}
-
-json load_config_json(const fs::path& p, fs::path* resolved) {
-  std::error_code ec;
-  fs::path file = fs::is_directory(p, ec) ? p / "config.json" : p;
-  if (!fs::exists(file, ec)) throw NotFound(fmt::format("model config {} does not exist", file.string()));
-  std::ifstream in(file, std::ios::binary);
-  if (!in) throw InvalidInput(fmt::format("cannot open {}", file.string()));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  json j;
-  const std::string text = ss.str();
-  if (json_depth(text) > kMaxJsonDepth)
-    throw InvalidInput(fmt::format("invalid config {}: JSON nested deeper than {} levels", file.string(), kMaxJsonDepth));
-  try {
-    j = json::parse(text);
-  } catch (const json::exception& e) {
-    throw InvalidInput(fmt::format("invalid config {}: not valid JSON ({})", file.string(), json_error_text(e)));
-  }
-  if (!j.is_object()) throw InvalidInput(fmt::format("invalid config {}: not a JSON object", file.string()));
-  if (resolved) *resolved = file;
-  return j;
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// Typed field access with errors naming the file and the field.
 
 namespace {
 
@@ -97,10 +30,10 @@ void append_unique(std::vector<int64_t>& dst, const std::vector<int64_t>& src) {
     if (std::find(dst.begin(), dst.end(), id) == dst.end()) dst.push_back(id);
 }
 
-RopeConfig parse_rope(const Fields& f, const json& v, const std::string& key, const RopeConfig& def) {
+Gemma4RopeConfig parse_rope(const Fields& f, const json& v, const std::string& key, const Gemma4RopeConfig& def) {
   if (!v.is_object()) f.error(key, fmt::format("expected an object, got {}{}", type_name(v), brief(v)));
   Fields r(v, f.source(), f.field(key) + ".");
-  RopeConfig rc = def;
+  Gemma4RopeConfig rc = def;
   rc.type = r.str("rope_type", r.str("type", def.type));
   if (rc.type != "default" && rc.type != "proportional")
     r.error("rope_type", fmt::format("unsupported RoPE type \"{}\" (supported: default, proportional)", rc.type));
@@ -113,24 +46,28 @@ RopeConfig parse_rope(const Fields& f, const json& v, const std::string& key, co
 
 }  // namespace
 
-// ---------------------------------------------------------------------------------------------------------------
-// Gemma 4
-
-int RopeConfig::rotated_pairs(int head_dim) const {
+int Gemma4RopeConfig::rotated_pairs(int head_dim) const {
   return static_cast<int>(partial_rotary_factor * head_dim / 2);
 }
 
 float Gemma4TextConfig::embed_scale() const { return round_bf16(std::sqrt(static_cast<float>(hidden_size))); }
 
+int64_t Gemma4TextConfig::kv_bytes_per_token() const {
+  int64_t n = 0;
+  for (const auto& l : layers)
+    if (!l.kv_shared && !l.is_sliding) n += 2 * int64_t{l.num_kv_heads} * l.head_dim * 4;
+  return n;
+}
+
 namespace {
 
 // Parses the text fields of a Gemma 4 config. `f` reads the text fields, `top` the top level (for fields that the
 // multimodal wrapper also carries, like token ids and tie_word_embeddings).
-Gemma4TextConfig parse_gemma4_text(const Fields& f, const Fields& top, Architecture arch, const std::string& prefix,
+Gemma4TextConfig parse_gemma4_text(const Fields& f, const Fields& top, const std::string& arch, const std::string& prefix,
                                    bool assistant) {
   Gemma4TextConfig c;
   c.source = f.source();
-  c.arch = arch;
+  c.architecture = arch;
   c.tensor_prefix = prefix;
 
   c.vocab_size = f.positive_i64("vocab_size");
@@ -180,8 +117,8 @@ Gemma4TextConfig parse_gemma4_text(const Fields& f, const Fields& top, Architect
 
   // RoPE: rope_parameters {sliding_attention: {...}, full_attention: {...}}; older configs: rope_theta (full) and
   // rope_local_base_freq (sliding) with partial_rotary_factor at the top.
-  RopeConfig def_sliding{"default", 10000.0, 1.0};
-  RopeConfig def_full{"proportional", 1000000.0, 0.25};
+  Gemma4RopeConfig def_sliding{"default", 10000.0, 1.0};
+  Gemma4RopeConfig def_full{"proportional", 1000000.0, 0.25};
   if (const json* rp = f.object("rope_parameters")) {
     Fields r(*rp, f.source(), f.field("rope_parameters") + ".");
     if (!rp->contains("sliding_attention") || !rp->contains("full_attention"))
@@ -298,22 +235,13 @@ Gemma4TextConfig parse_gemma4_text(const Fields& f, const Fields& top, Architect
 }  // namespace
 
 Gemma4TextConfig Gemma4TextConfig::parse(const json& config, const std::string& source) {
-  Architecture arch = detect_architecture(config, source);
+  const std::string arch = gemma4_architecture(config, source);
+  if (arch == kGemma4Assistant) return Gemma4AssistantConfig::parse(config, source).text;
   Fields top(config, source);
-  switch (arch) {
-    case Architecture::Gemma4ForConditionalGeneration: {
-      const json* tc = top.object("text_config");
-      if (!tc) top.missing("text_config");
-      return parse_gemma4_text(Fields(*tc, source, "text_config."), top, arch, "model.language_model.", false);
-    }
-    case Architecture::Gemma4ForCausalLM:
-      return parse_gemma4_text(top, top, arch, "model.", false);
-    case Architecture::Gemma4AssistantForCausalLM:
-      return Gemma4AssistantConfig::parse(config, source).text;
-    case Architecture::Glm4MoeLiteForCausalLM:
-      break;
-  }
-  throw InvalidInput(fmt::format("{} describes a {} model, not Gemma 4", source, architecture_name(arch)));
+  if (arch == kGemma4CausalLM) return parse_gemma4_text(top, top, arch, "model.", false);
+  const json* tc = top.object("text_config");
+  if (!tc) top.missing("text_config");
+  return parse_gemma4_text(Fields(*tc, source, "text_config."), top, arch, "model.language_model.", false);
 }
 
 Gemma4TextConfig Gemma4TextConfig::load(const fs::path& p) {
@@ -323,10 +251,10 @@ Gemma4TextConfig Gemma4TextConfig::load(const fs::path& p) {
 }
 
 Gemma4AssistantConfig Gemma4AssistantConfig::parse(const json& config, const std::string& source) {
-  Architecture arch = detect_architecture(config, source);
-  if (arch != Architecture::Gemma4AssistantForCausalLM)
-    throw InvalidInput(fmt::format("{} describes a {} model, not a Gemma 4 assistant", source,
-                                   architecture_name(arch)));
+  const std::string arch = gemma4_architecture(config, source);
+  if (arch != kGemma4Assistant)
+    throw InvalidInput(fmt::format("{} describes a {} model, not a Gemma 4 assistant ({})", source, arch,
+                                   kGemma4Assistant));
   Fields top(config, source);
   const json* tc = top.object("text_config");
   if (!tc) top.missing("text_config");
@@ -349,112 +277,6 @@ Gemma4AssistantConfig Gemma4AssistantConfig::parse(const json& config, const std
 }
 
 Gemma4AssistantConfig Gemma4AssistantConfig::load(const fs::path& p) {
-  fs::path file;
-  json j = load_config_json(p, &file);
-  return parse(j, source_of(file));
-}
-
-// ---------------------------------------------------------------------------------------------------------------
-// GLM4-MoE-Lite
-
-double Glm4MoeLiteConfig::attention_scale() const { return 1.0 / std::sqrt(static_cast<double>(qk_head_dim)); }
-
-Glm4MoeLiteConfig Glm4MoeLiteConfig::parse(const json& config, const std::string& source) {
-  Architecture arch = detect_architecture(config, source);
-  if (arch != Architecture::Glm4MoeLiteForCausalLM)
-    throw InvalidInput(fmt::format("{} describes a {} model, not GLM4-MoE-Lite", source, architecture_name(arch)));
-  Fields f(config, source);
-  Glm4MoeLiteConfig c;
-  c.source = source;
-  c.vocab_size = f.positive_i64("vocab_size");
-  c.hidden_size = f.positive_i64("hidden_size");
-  c.num_layers = f.positive_int("num_hidden_layers");
-  c.num_attention_heads = f.positive_int("num_attention_heads");
-  c.num_key_value_heads = f.positive_int("num_key_value_heads", c.num_attention_heads);
-  if (f.has("q_lora_rank")) c.q_lora_rank = f.positive_int("q_lora_rank");
-  c.kv_lora_rank = f.positive_int("kv_lora_rank");
-  c.qk_nope_head_dim = f.positive_int("qk_nope_head_dim");
-  c.qk_rope_head_dim = f.positive_int("qk_rope_head_dim");
-  if (c.qk_rope_head_dim % 2 != 0) f.error("qk_rope_head_dim", "must be even");
-  c.qk_head_dim = c.qk_nope_head_dim + c.qk_rope_head_dim;
-  if (f.has("qk_head_dim") && f.i64("qk_head_dim") != c.qk_head_dim)
-    f.error("qk_head_dim", fmt::format("{} differs from qk_nope_head_dim + qk_rope_head_dim = {}", f.i64("qk_head_dim"),
-                                       c.qk_head_dim));
-  c.v_head_dim = f.positive_int("v_head_dim");
-
-  if (const json* rp = f.object("rope_parameters")) {
-    Fields r(*rp, source, "rope_parameters.");
-    c.rope_type = r.str("rope_type", r.str("type", "default"));
-    c.rope_theta = r.has("rope_theta") ? r.positive_num("rope_theta", 10000.0) : f.positive_num("rope_theta", 10000.0);
-    if (c.rope_type != "default")
-      r.error("rope_type", fmt::format("unsupported RoPE type \"{}\" (supported: default)", c.rope_type));
-  } else {
-    c.rope_theta = f.positive_num("rope_theta", 10000.0);
-  }
-  if (const json* rs = f.object("rope_scaling")) {
-    Fields r(*rs, source, "rope_scaling.");
-    std::string t = r.str("rope_type", r.str("type", "default"));
-    if (t != "default") r.error("rope_type", fmt::format("unsupported RoPE scaling \"{}\"", t));
-  }
-  c.rope_interleave = f.boolean("rope_interleave", true);
-  c.rms_norm_eps = f.positive_num("rms_norm_eps", 1e-5);
-  c.hidden_act = f.str("hidden_act", "silu");
-  if (c.hidden_act != "silu") f.error("hidden_act", fmt::format("unsupported activation \"{}\"", c.hidden_act));
-
-  c.intermediate_size = f.positive_i64("intermediate_size");
-  c.moe_intermediate_size = f.positive_i64("moe_intermediate_size");
-  c.n_routed_experts = f.positive_int("n_routed_experts");
-  c.n_shared_experts = f.nonneg_int("n_shared_experts", 0);
-  c.num_experts_per_tok = f.positive_int("num_experts_per_tok");
-  if (c.num_experts_per_tok > c.n_routed_experts)
-    f.error("num_experts_per_tok", fmt::format("{} exceeds n_routed_experts {}", c.num_experts_per_tok,
-                                               c.n_routed_experts));
-  c.n_group = f.positive_int("n_group", 1);
-  c.topk_group = f.positive_int("topk_group", 1);
-  if (c.n_routed_experts % c.n_group != 0)
-    f.error("n_group", fmt::format("{} does not divide n_routed_experts {}", c.n_group, c.n_routed_experts));
-  if (c.topk_group > c.n_group) f.error("topk_group", fmt::format("{} exceeds n_group {}", c.topk_group, c.n_group));
-  c.norm_topk_prob = f.boolean("norm_topk_prob", true);
-  c.routed_scaling_factor = f.num("routed_scaling_factor", 1.0);
-  c.topk_method = f.str("topk_method", "noaux_tc");
-  c.scoring_func = f.str("scoring_func", "sigmoid");
-  if (c.scoring_func != "sigmoid")
-    f.error("scoring_func", fmt::format("unsupported scoring function \"{}\"", c.scoring_func));
-
-  c.layer_is_moe.assign(static_cast<size_t>(c.num_layers), true);
-  if (f.has("mlp_layer_types")) {
-    const json& mt = f.at("mlp_layer_types");
-    if (!mt.is_array()) f.error("mlp_layer_types", fmt::format("expected a list, got {}", type_name(mt)));
-    if (static_cast<int64_t>(mt.size()) != c.num_layers)
-      f.error("mlp_layer_types", fmt::format("has {} entries but num_hidden_layers is {}", mt.size(), c.num_layers));
-    for (size_t i = 0; i < mt.size(); i++) {
-      std::string t = mt[i].is_string() ? mt[i].get<std::string>() : std::string(type_name(mt[i]));
-      if (t == "dense") {
-        c.layer_is_moe[i] = false;
-      } else if (t != "sparse") {
-        f.error("mlp_layer_types", fmt::format("entry {} is \"{}\" (expected dense or sparse)", i, t));
-      }
-    }
-    c.first_k_dense_replace = 0;
-    while (c.first_k_dense_replace < c.num_layers && !c.layer_is_moe[static_cast<size_t>(c.first_k_dense_replace)])
-      c.first_k_dense_replace++;
-    if (f.has("first_k_dense_replace") && f.i64("first_k_dense_replace") != c.first_k_dense_replace)
-      f.error("first_k_dense_replace", fmt::format("{} disagrees with mlp_layer_types (first sparse layer {})",
-                                                   f.i64("first_k_dense_replace"), c.first_k_dense_replace));
-  } else {
-    c.first_k_dense_replace = static_cast<int>(f.ranged("first_k_dense_replace", 0, c.num_layers, 1));
-    for (int i = 0; i < c.first_k_dense_replace; i++) c.layer_is_moe[static_cast<size_t>(i)] = false;
-  }
-  c.num_nextn_predict_layers = f.nonneg_int("num_nextn_predict_layers", 0);
-  c.tie_word_embeddings = f.boolean("tie_word_embeddings", false);
-  c.bos_token_id = f.opt_i64("bos_token_id");
-  c.pad_token_id = f.opt_i64("pad_token_id");
-  c.eos_token_ids = f.int_list("eos_token_id");
-  c.max_position_embeddings = f.ranged("max_position_embeddings", 1, std::numeric_limits<int64_t>::max(), 202752);
-  return c;
-}
-
-Glm4MoeLiteConfig Glm4MoeLiteConfig::load(const fs::path& p) {
   fs::path file;
   json j = load_config_json(p, &file);
   return parse(j, source_of(file));

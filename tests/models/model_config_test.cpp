@@ -1,5 +1,3 @@
-#include "formats/model_config.h"
-
 #include <gtest/gtest.h>
 
 #include <unistd.h>
@@ -7,7 +5,11 @@
 #include <fstream>
 #include <string>
 
+#include "formats/config_json.h"
 #include "formats/safetensors.h"
+#include "models/gemma4/gemma4_config.h"
+#include "models/glm4_moe_lite/glm4_moe_lite_config.h"
+#include "models/registry.h"
 
 namespace vatic {
 namespace {
@@ -63,7 +65,7 @@ void check_gemma4_tensors(const Gemma4TextConfig& c, const TensorStore& s) {
 
 TEST(Gemma4Config, E2bTinyFixture) {
   auto c = Gemma4TextConfig::load(model_dir("gemma4-e2b-tiny"));
-  EXPECT_EQ(c.arch, Architecture::Gemma4ForConditionalGeneration);
+  EXPECT_EQ(c.architecture, "Gemma4ForConditionalGeneration");
   EXPECT_EQ(c.tensor_prefix, "model.language_model.");
   EXPECT_EQ(c.source, model_dir("gemma4-e2b-tiny") / "config.json");
   EXPECT_EQ(c.vocab_size, 512);
@@ -117,7 +119,7 @@ TEST(Gemma4Config, E2bTinyFixture) {
 
 TEST(Gemma4Config, MoeTinyFixture) {
   auto c = Gemma4TextConfig::load(model_dir("gemma4-moe-tiny"));
-  EXPECT_EQ(c.arch, Architecture::Gemma4ForConditionalGeneration);
+  EXPECT_EQ(c.architecture, "Gemma4ForConditionalGeneration");
   EXPECT_TRUE(c.enable_moe_block);
   EXPECT_EQ(c.num_experts, 8);
   EXPECT_EQ(c.top_k_experts, 2);
@@ -144,7 +146,7 @@ TEST(Gemma4Config, MoeTinyFixture) {
 
 TEST(Gemma4Config, DenseTinyCausalLmFixture) {
   auto c = Gemma4TextConfig::load(model_dir("gemma4-dense-tiny"));
-  EXPECT_EQ(c.arch, Architecture::Gemma4ForCausalLM);
+  EXPECT_EQ(c.architecture, "Gemma4ForCausalLM");
   EXPECT_EQ(c.tensor_prefix, "model.");
   EXPECT_EQ(c.hidden_size, 64);
   EXPECT_EQ(c.num_layers, 6);
@@ -166,7 +168,7 @@ TEST(Gemma4Config, AssistantFixtures) {
     SCOPED_TRACE(name);
     auto a = Gemma4AssistantConfig::load(model_dir(name));
     const bool ordered = std::string(name) == "gemma4-e2b-tiny-assistant";
-    EXPECT_EQ(a.text.arch, Architecture::Gemma4AssistantForCausalLM);
+    EXPECT_EQ(a.text.architecture, "Gemma4AssistantForCausalLM");
     EXPECT_EQ(a.text.tensor_prefix, "model.");
     EXPECT_EQ(a.backbone_hidden_size, 64);
     EXPECT_EQ(a.use_ordered_embeddings, ordered);
@@ -206,28 +208,31 @@ TEST(Gemma4Config, AssistantFixtures) {
 }
 
 TEST(ModelConfig, DetectArchitecture) {
-  EXPECT_EQ(detect_architecture(load_config_json(model_dir("gemma4-e2b-tiny"))),
-            Architecture::Gemma4ForConditionalGeneration);
-  EXPECT_EQ(detect_architecture(load_config_json(model_dir("gemma4-dense-tiny"))), Architecture::Gemma4ForCausalLM);
-  EXPECT_EQ(detect_architecture(load_config_json(model_dir("gemma4-e2b-tiny-assistant"))),
-            Architecture::Gemma4AssistantForCausalLM);
-  EXPECT_EQ(detect_architecture(load_config_json(model_dir("glm4-moe-lite-tiny"))),
-            Architecture::Glm4MoeLiteForCausalLM);
-  EXPECT_EQ(detect_architecture(json{{"model_type", "gemma4_text"}}), Architecture::Gemma4ForCausalLM);
+  // The registry reads the architecture of any config; the family it names must exist.
+  auto detect = [](const json& j, const std::string& source = "config.json") {
+    family_of(j, source);
+    return config_architecture(j, source);
+  };
+  EXPECT_EQ(detect(load_config_json(model_dir("gemma4-e2b-tiny"))), "Gemma4ForConditionalGeneration");
+  EXPECT_EQ(detect(load_config_json(model_dir("gemma4-dense-tiny"))), "Gemma4ForCausalLM");
+  EXPECT_EQ(detect(load_config_json(model_dir("gemma4-e2b-tiny-assistant"))), "Gemma4AssistantForCausalLM");
+  EXPECT_EQ(detect(load_config_json(model_dir("glm4-moe-lite-tiny"))), "Glm4MoeLiteForCausalLM");
+  EXPECT_EQ(detect(json{{"model_type", "gemma4_text"}}), "Gemma4ForCausalLM");
+  EXPECT_EQ(gemma4_architecture(json{{"model_type", "gemma4_text"}}, "config.json"), "Gemma4ForCausalLM");
   try {
-    detect_architecture(json{{"architectures", {"LlamaForCausalLM"}}}, "/m/config.json");
+    detect(json{{"architectures", {"MambaForCausalLM"}}}, "/m/config.json");
     FAIL();
   } catch (const InvalidInput& e) {
     std::string m = e.what();
-    EXPECT_NE(m.find("LlamaForCausalLM"), std::string::npos) << m;
+    EXPECT_NE(m.find("MambaForCausalLM"), std::string::npos) << m;
     EXPECT_NE(m.find("/m/config.json"), std::string::npos) << m;
     for (const char* a : {"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM", "Gemma4AssistantForCausalLM",
                           "Glm4MoeLiteForCausalLM"})
       EXPECT_NE(m.find(a), std::string::npos) << m;
   }
-  EXPECT_THROW(detect_architecture(json::object()), InvalidInput);
-  EXPECT_THROW(detect_architecture(json{{"architectures", 5}}), InvalidInput);
-  EXPECT_THROW(detect_architecture(json::array()), InvalidInput);
+  EXPECT_THROW(detect(json::object()), InvalidInput);
+  EXPECT_THROW(detect(json{{"architectures", 5}}), InvalidInput);
+  EXPECT_THROW(detect(json::array()), InvalidInput);
   // Parsing a config of another family names both.
   EXPECT_THROW(Glm4MoeLiteConfig::load(model_dir("gemma4-e2b-tiny")), InvalidInput);
   EXPECT_THROW(Gemma4TextConfig::load(model_dir("glm4-moe-lite-tiny")), InvalidInput);
@@ -426,7 +431,7 @@ TEST(Gemma4Config, EosAsListAndDefaults) {
 
 TEST(Gemma4Config, ReleasedE2B) {
   auto c = Gemma4TextConfig::load(config_file("gemma-4-E2B-it.json"));
-  EXPECT_EQ(c.arch, Architecture::Gemma4ForConditionalGeneration);
+  EXPECT_EQ(c.architecture, "Gemma4ForConditionalGeneration");
   EXPECT_EQ(c.tensor_prefix, "model.language_model.");
   EXPECT_EQ(c.num_layers, 35);
   EXPECT_EQ(c.hidden_size, 1536);

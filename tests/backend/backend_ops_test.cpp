@@ -398,7 +398,8 @@ TEST(Rope, NeoxAndInterleavedMatchDoubleReference) {
 // ---- norms and elementwise ----
 
 TEST(RmsNorm, WithAndWithoutWeight) {
-  for (int64_t D : {1, 7, 64, 1537}) {
+  // Every ISA's sum of squares (vector body and tails).
+  for (int64_t D : {1, 7, 8, 15, 16, 17, 64, 300, 1537}) for_each_isa([&] {
     Tensor x = random_tensor({3, D}), w = random_tensor({D}, DType::BF16);
     for (bool with_w : {false, true}) {
       Tensor y = Tensor::empty({3, D}, DType::F32);
@@ -413,7 +414,7 @@ TEST(RmsNorm, WithAndWithoutWeight) {
         }
       }
     }
-  }
+  });
 }
 
 TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {

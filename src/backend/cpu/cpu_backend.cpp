@@ -313,8 +313,7 @@ class CpuBackend final : public Backend {
     for (int64_t r = 0; r < R; r++) {
       const float* xr = X + r * D;
       float* yr = Y + r * D;
-      double ss = 0;  // f32 in the reference; double keeps our sum order from mattering
-      for (int64_t i = 0; i < D; i++) ss += static_cast<double>(xr[i]) * xr[i];
+      const double ss = kernels().sumsq(xr, D);  // f32 in the reference; double keeps our sum order from mattering
       float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
       if (w)
         for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv * wf[i];

@@ -298,7 +298,11 @@ TEST(Attention, MatchesDoubleReference) {
   const std::vector<AttnCase> cases = {{1, 1, 1, 1, 16, 16, 0, 0},     {1, 37, 8, 1, 256, 256, 0, 0},
                                        {4, 19, 4, 2, 33, 17, 0, 0},     {5, 40, 8, 1, 64, 64, 8, 0},
                                        {3, 30, 6, 3, 48, 48, 0, 4},     {7, 25, 4, 1, 20, 20, 5, 3},
-                                       {2, 12, 2, 2, 512, 512, 3, 2}};
+                                       {2, 12, 2, 2, 512, 512, 3, 2},
+                                       // 16 queries and more: blocked Q·Kᵀ and P·V (one thread, then threads)
+                                       {16, 16, 2, 1, 16, 16, 0, 0},    {21, 40, 4, 2, 33, 17, 6, 3},
+                                       {37, 37, 3, 1, 64, 48, 0, 5},    {40, 300, 8, 2, 64, 64, 0, 3},
+                                       {70, 200, 4, 1, 256, 256, 50, 0}};
   for (const auto& c : cases) {
     SCOPED_TRACE("T=" + std::to_string(c.T) + " S=" + std::to_string(c.S) + " Hq=" + std::to_string(c.Hq) +
                  " Hkv=" + std::to_string(c.Hkv) + " window=" + std::to_string(c.window));
@@ -394,7 +398,8 @@ TEST(Rope, NeoxAndInterleavedMatchDoubleReference) {
 // ---- norms and elementwise ----
 
 TEST(RmsNorm, WithAndWithoutWeight) {
-  for (int64_t D : {1, 7, 64, 1537}) {
+  // Every ISA's sum of squares (vector body and tails).
+  for (int64_t D : {1, 7, 8, 15, 16, 17, 64, 300, 1537}) for_each_isa([&] {
     Tensor x = random_tensor({3, D}), w = random_tensor({D}, DType::BF16);
     for (bool with_w : {false, true}) {
       Tensor y = Tensor::empty({3, D}, DType::F32);
@@ -409,7 +414,7 @@ TEST(RmsNorm, WithAndWithoutWeight) {
         }
       }
     }
-  }
+  });
 }
 
 TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {

@@ -313,8 +313,7 @@ class CpuBackend final : public Backend {
     for (int64_t r = 0; r < R; r++) {
       const float* xr = X + r * D;
       float* yr = Y + r * D;
-      double ss = 0;  // f32 in the reference; double keeps our sum order from mattering
-      for (int64_t i = 0; i < D; i++) ss += static_cast<double>(xr[i]) * xr[i];
+      const double ss = kernels().sumsq(xr, D);  // f32 in the reference; double keeps our sum order from mattering
       float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
       if (w)
         for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv * wf[i];
@@ -361,6 +360,7 @@ class CpuBackend final : public Backend {
     const int32_t* kp = k_pos.data<int32_t>();
     const int64_t group = Hq / Hkv;
     const auto& kk = kernels();
+    if (T >= kAttnQueryBlock && S > 0) return attention_blocked(q, k, v, qp, kp, p, out, group);
 #pragma omp parallel if (T * Hq * S * D > kMinParallelWork)
     {
       std::vector<float> sc(S);
@@ -402,6 +402,107 @@ class CpuBackend final : public Backend {
           for (int64_t i = 0; i < Dv; i++) o[i] = acc[i] * inv;
         }
       }
+    }
+  }
+
+  // Prefill: per KV head and block of kAttnQueryBlock queries, the scores of each query head are one tiled matmul
+  // over the keys any query of the block can see (Q·Kᵀ), and the weighted sum of values another (P·V, over the
+  // values transposed once per call), instead of one dot product and one axpy per query, head and key. Same
+  // masking and softmax as the per-query path (f32 scores, sum of the exponentials in double).
+  static constexpr int64_t kAttnQueryBlock = 16;
+  static void attention_blocked(const Tensor& q, const Tensor& k, const Tensor& v, const int32_t* qp,
+                                const int32_t* kp, const AttentionParams& p, const Tensor& out, int64_t group) {
+    const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Dv = v.dim(2), Hkv = Hq / group;
+    const auto& kk = kernels();
+    const float ninf = -std::numeric_limits<float>::infinity();
+    const bool big = T * Hq * S * D > kMinParallelWork;
+    std::vector<float> vt(static_cast<size_t>(Hkv * Dv * S));  // [Hkv][Dv][S]
+#pragma omp parallel for collapse(2) schedule(static) if (big)
+    for (int64_t kh = 0; kh < Hkv; kh++)
+      for (int64_t d = 0; d < Dv; d++) {
+        const float* src = v.data<float>() + kh * v.stride(1) + d;
+        float* dst = vt.data() + (kh * Dv + d) * S;
+        for (int64_t s = 0; s < S; s++) dst[s] = src[s * v.stride(0)];
+      }
+    auto visible = [&](int32_t pq, int32_t pk) {
+      return pk >= 0 && pk <= pq && (p.window <= 0 || pq - pk < p.window);
+    };
+    const int64_t blocks = (T + kAttnQueryBlock - 1) / kAttnQueryBlock;
+#pragma omp parallel if (big)
+    {
+      std::vector<float> sc(static_cast<size_t>(kAttnQueryBlock * S));
+      double sums[kAttnQueryBlock];
+#pragma omp for collapse(2) schedule(dynamic)
+      for (int64_t kh = 0; kh < Hkv; kh++)
+        for (int64_t b = 0; b < blocks; b++) {
+          const int64_t t0 = b * kAttnQueryBlock, t1 = std::min(T, t0 + kAttnQueryBlock), nt = t1 - t0;
+          // The keys any query of the block sees: [s0, s1).
+          int64_t s0 = S, s1 = 0;
+          for (int64_t s = 0; s < S; s++)
+            for (int64_t t = t0; t < t1; t++)
+              if (visible(qp[t], kp[s])) {
+                s0 = std::min(s0, s);
+                s1 = std::max(s1, s + 1);
+                break;
+              }
+          for (int64_t g = 0; g < group; g++) {
+            const int64_t h = kh * group + g;
+            if (s0 >= s1) {
+              for (int64_t t = t0; t < t1; t++) {
+                float* o = out.data<float>() + t * out.stride(0) + h * out.stride(1);
+                std::fill(o, o + Dv, 0.0f);
+              }
+              continue;
+            }
+            const int64_t ns = s1 - s0;
+            cpu::GemmArgs a;
+            a.x = q.data<float>() + t0 * q.stride(0) + h * q.stride(1);
+            a.ldx = q.stride(0);
+            a.T = nt;
+            a.w = k.data<float>() + s0 * k.stride(0) + kh * k.stride(1);
+            a.ldw = k.stride(0);
+            a.K = D;
+            a.y = sc.data();
+            a.ldy = ns;
+            kk.gemm_f32(a, 0, ns);
+            for (int64_t i = 0; i < nt; i++) {
+              const int32_t pq = qp[t0 + i];
+              float* r = sc.data() + i * ns;
+              float mx = ninf;
+              for (int64_t j = 0; j < ns; j++) {
+                const bool vis = visible(pq, kp[s0 + j]);
+                r[j] = vis ? p.scale * r[j] : ninf;
+                if (vis) mx = std::max(mx, r[j]);
+              }
+              double sum = 0;
+              for (int64_t j = 0; j < ns; j++) {
+                const float e = r[j] == ninf ? 0.0f : std::exp(r[j] - mx);
+                r[j] = e;
+                sum += e;
+              }
+              sums[i] = mx == ninf ? 0.0 : sum;
+            }
+            cpu::GemmArgs pv;
+            pv.x = sc.data();
+            pv.ldx = ns;
+            pv.T = nt;
+            pv.w = vt.data() + kh * Dv * S + s0;
+            pv.ldw = S;
+            pv.K = ns;
+            pv.y = out.data<float>() + t0 * out.stride(0) + h * out.stride(1);
+            pv.ldy = out.stride(0);
+            kk.gemm_f32(pv, 0, Dv);
+            for (int64_t i = 0; i < nt; i++) {
+              float* o = out.data<float>() + (t0 + i) * out.stride(0) + h * out.stride(1);
+              if (sums[i] == 0.0) {
+                std::fill(o, o + Dv, 0.0f);
+                continue;
+              }
+              const float inv = static_cast<float>(1.0 / sums[i]);
+              for (int64_t j = 0; j < Dv; j++) o[j] *= inv;
+            }
+          }
+        }
     }
   }
 

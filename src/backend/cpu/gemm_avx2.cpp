@@ -38,6 +38,10 @@ struct V {
   static vec q8(const uint8_t* p) { return _mm256_cvtepi32_ps(bytes(p)); }
   static vec q4lo(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_and_si256(bytes(p), _mm256_set1_epi32(15))); }
   static vec q4hi(const uint8_t* p) { return _mm256_cvtepi32_ps(_mm256_srli_epi32(bytes(p), 4)); }
+  static constexpr bool LUT4 = false;
+  static vec lut4(vec s, vec) { return s; }
+  static vec q4lo_lut(const uint8_t* p, vec) { return q4lo(p); }
+  static vec q4hi_lut(const uint8_t* p, vec) { return q4hi(p); }
 };
 
 #include "backend/cpu/gemm_impl.h"

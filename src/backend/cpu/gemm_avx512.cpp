@@ -36,6 +36,16 @@ struct V {
   static vec q8(const uint8_t* p) { return _mm512_cvtepi32_ps(bytes(p)); }
   static vec q4lo(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_and_si512(bytes(p), _mm512_set1_epi32(15))); }
   static vec q4hi(const uint8_t* p) { return _mm512_cvtepi32_ps(_mm512_srli_epi32(bytes(p), 4)); }
+  // int4 by table: vpermps reads only the low 4 bits of each index lane, so the high nibble needs a shift and
+  // the low one no mask. lut4 computes exactly the fma(q, s, b) that q4lo / q4hi + fma would.
+  static constexpr bool LUT4 = true;
+  static vec lut4(vec s, vec b) {
+    return _mm512_fmadd_ps(_mm512_setr_ps(0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15), s, b);
+  }
+  static vec q4lo_lut(const uint8_t* p, vec lut) { return _mm512_permutexvar_ps(bytes(p), lut); }
+  static vec q4hi_lut(const uint8_t* p, vec lut) {
+    return _mm512_permutexvar_ps(_mm512_srli_epi32(bytes(p), 4), lut);
+  }
 };
 
 #include "backend/cpu/gemm_impl.h"

@@ -5,7 +5,8 @@
 // V provides: vec; W (lanes); NR (weight rows per tile); TR_DENSE / TR_QUANT (max tokens per tile);
 // zero(), set1(f), loadx(const float*), load_w(const uint16_t*) (bf16 -> f32), load_w(const float*),
 // fma(a, b, c) = a·b + c, reduce(v) (sum of lanes), q8(p) (W bytes -> W floats), q4lo(p) / q4hi(p) (low / high
-// nibbles of W bytes -> W floats).
+// nibbles of W bytes -> W floats); LUT4 (W == 16 only): lut4(s, b) (the 16 values fma(q, s, b), q = 0..15, in
+// one vector) and q4lo_lut(p, lut) / q4hi_lut(p, lut) (W weights looked up by their low / high nibbles).
 //
 // Tiling. A tile is NR weight rows × TR tokens: per step of W inputs it loads NR weight vectors (converted or
 // dequantized in registers) and TR activation vectors and does NR·TR FMAs into NR·TR accumulators, so a weight
@@ -24,6 +25,7 @@ inline float wval(uint16_t h) { return bf16f(h); }
 inline float wval(float f) { return f; }
 
 constexpr int64_t kTokenBlock = 64;
+
 constexpr int64_t kInputBlock = 1024;  // a multiple of every group size and of every W
 
 template <int NR, int TR, class WT>
@@ -119,6 +121,17 @@ void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
   }
 }
 
+// n bf16 values -> f32 (exact); whole vectors when n == kScaleBlock, one at a time otherwise (never reads past
+// the n values: the last row's scales end the tensor).
+constexpr int kScaleBlock = 16;
+inline void widen_bf16(const uint16_t* p, int64_t n, float* out) {
+  if (n == kScaleBlock) {
+    for (int i = 0; i < kScaleBlock; i += V::W) V::store(out + i, V::load_w(p + i));
+    return;
+  }
+  for (int64_t i = 0; i < n; i++) out[i] = bf16f(p[i]);
+}
+
 template <int NR, int TR, int BITS>
 inline void quant_tile(const cpu::QGemmArgs& A, const float* x, const uint8_t* q, const uint16_t* s,
                        const uint16_t* b, int64_t k0, int64_t k1, float* y, bool acc) {
@@ -130,13 +143,28 @@ inline void quant_tile(const cpu::QGemmArgs& A, const float* x, const uint8_t* q
   for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
     for (int t = 0; t < TR; t++) a[r][t] = V::zero();
+  // Scales and biases of up to kScaleBlock groups per row are widened to f32 in vector registers first, so that
+  // each group's broadcast is a plain load instead of a scalar bf16 -> f32 conversion (which cost as much as
+  // the arithmetic of a 64-input group in decode).
+  alignas(64) float sf[NR][kScaleBlock], bf[NR][kScaleBlock];
+  int64_t gb = -1;
   for (int64_t g0 = k0; g0 < k1; g0 += group) {
     const int64_t gi = g0 / group;
+    if (gb < 0 || gi >= gb + kScaleBlock) {
+      gb = gi;
+      const int64_t ng = std::min<int64_t>(kScaleBlock, (k1 - g0) / group);
+#pragma GCC unroll 8
+      for (int r = 0; r < NR; r++) {
+        widen_bf16(s + r * lds + gb, ng, sf[r]);
+        widen_bf16(b + r * lds + gb, ng, bf[r]);
+      }
+    }
     typename V::vec sv[NR], bv[NR];
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
-      sv[r] = V::set1(bf16f(s[r * lds + gi]));
-      bv[r] = V::set1(bf16f(b[r * lds + gi]));
+      sv[r] = V::set1(sf[r][gi - gb]);
+      bv[r] = V::set1(bf[r][gi - gb]);
+      if constexpr (BITS == 4 && V::LUT4) sv[r] = V::lut4(sv[r], bv[r]);
     }
     for (int64_t c = g0; c < g0 + group; c += 32) {
       const uint8_t* qc = q + c * BITS / 8;
@@ -151,6 +179,12 @@ inline void quant_tile(const cpu::QGemmArgs& A, const float* x, const uint8_t* q
         for (int r = 0; r < NR; r++) {
           const uint8_t* p = qc + r * ldq;
           typename V::vec qv;
+          if constexpr (BITS == 4 && V::LUT4) {
+            // The 16 values fma(q, s, b) of this row's group sit in one register: a lane permute looks the
+            // weight up by its nibble (the same f32 value the two lines below compute, one instruction).
+            wv[r] = v < NV / 2 ? V::q4lo_lut(p + v * V::W, sv[r]) : V::q4hi_lut(p + (v - NV / 2) * V::W, sv[r]);
+            continue;
+          }
           if constexpr (BITS == 8)
             qv = V::q8(p + v * V::W);
           else
@@ -201,11 +235,18 @@ inline void dequant_tile(const cpu::QGemmArgs& A, const uint8_t* q, const uint16
     for (int64_t g0 = k0; g0 < k1; g0 += A.group) {
       const typename V::vec sv = V::set1(bf16f(s[r * A.lds + g0 / A.group]));
       const typename V::vec bv = V::set1(bf16f(b[r * A.lds + g0 / A.group]));
+      [[maybe_unused]] typename V::vec lut = sv;
+      if constexpr (BITS == 4 && V::LUT4) lut = V::lut4(sv, bv);
       for (int64_t c = g0; c < g0 + A.group; c += 32) {
         const uint8_t* p = qr + c * BITS / 8;
         constexpr int NV = 32 / V::W;
 #pragma GCC unroll 32
         for (int v = 0; v < NV; v++) {
+          if constexpr (BITS == 4 && V::LUT4) {
+            V::store(o + c + v * V::W,
+                     v < NV / 2 ? V::q4lo_lut(p + v * V::W, lut) : V::q4hi_lut(p + (v - NV / 2) * V::W, lut));
+            continue;
+          }
           typename V::vec qv;
           if constexpr (BITS == 8)
             qv = V::q8(p + v * V::W);

@@ -59,6 +59,8 @@ struct Kernels {
   void (*qgemm)(const QGemmArgs& a, int64_t n0, int64_t n1);
   // y[i] = tanh(x[i]) (vmath.cpp; within 4 ulp of the exact value on every path). y may equal x.
   void (*tanh)(const float* x, float* y, int64_t n);
+  // sum_i x[i]² in double (each square is exact in double; vmath.cpp). The RMS norm's sum.
+  double (*sumsq)(const float* x, int64_t n);
 };
 
 const Kernels& kernels();

@@ -10,7 +10,7 @@
 namespace vatic {
 
 namespace {
-constexpr size_t kMaxGraphs = 32;
+constexpr size_t kMaxGraphs = 16;
 
 Tensor copy_of(const Tensor& t) {
   if (!t.defined()) return t;

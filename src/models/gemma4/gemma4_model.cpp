@@ -200,7 +200,8 @@ ForwardResult Gemma4Model::forward_eager(KvState& st, const std::vector<int32_t>
 
   Tensor x = embed(ids);
   Tensor ple;
-  if (cfg_.hidden_size_per_layer_input > 0) ple = per_layer_inputs(ids, x);
+  // Per-layer inputs laid out [L, T, P] (one copy), so that each layer's rows are contiguous.
+  if (cfg_.hidden_size_per_layer_input > 0) ple = ops::contiguous(per_layer_inputs(ids, x).transpose(0, 1));
   for (int i = 0; i < cfg_.num_layers; i++) {
     const auto& l = layers_[i];
     Tensor attn = attention_block(i, ops::rms_norm(x, l.input_ln, eps), positions, st);
@@ -212,7 +213,7 @@ ForwardResult Gemma4Model::forward_eager(KvState& st, const std::vector<int32_t>
       continue;
     }
     x = ops::add_rms_norm(x, f, l.post_ff_ln, eps);
-    Tensor pi = ops::contiguous(ple.select(1, i));  // [T, P]
+    Tensor pi = ple.select(0, i);  // [T, P]
     Tensor g = ops::gated(Unary::GeluTanh, ops::matmul(x, l.ple_gate), pi);
     x = ops::add_rms_norm(x, ops::matmul(g, l.ple_proj), l.post_ple_norm, eps, l.layer_scalar);
   }

@@ -60,10 +60,11 @@ Distribution RowSampler::distribution(const Tensor& logits, int64_t row, const s
     if (!ids.empty()) ops::penalize(work, ids, counts, o.repeat_penalty, o.presence_penalty, o.frequency_penalty);
     if (allowed) ops::mask_tokens(work, std::vector<uint64_t>(allowed, allowed + (vocab_ + 63) / 64));
   }
-  const int64_t K = greedy ? 1 : std::min<int64_t>(o.top_k > 0 ? o.top_k : candidates_, vocab_);
+  // Without top_k, one token more than the candidates: the witness for the rest of the row.
+  const bool need_norm = !greedy && o.top_k == 0 && candidates_ < vocab_;
+  const int64_t K = greedy ? 1 : std::min<int64_t>(o.top_k > 0 ? o.top_k : candidates_ + 1, vocab_);
   Tensor values, indices;
   ops::topk(work, static_cast<int>(K), &values, &indices);
-  const bool need_norm = !greedy && o.top_k == 0 && K < vocab_;
   Tensor norm = need_norm ? ops::logsumexp(work, 1.0f / o.temperature) : Tensor();
   const std::vector<float> v = ops::to_vector(values);
   const Tensor hi = ops::to_host(indices);
@@ -84,7 +85,7 @@ Distribution RowSampler::distribution(const Tensor& logits, int64_t row, const s
     cid.push_back(id[i]);
     cl.push_back(v[i]);
   }
-  // Fewer finite tokens than K: the candidates are every token that can be drawn.
+  // Fewer finite tokens than K (or the whole row): the candidates are every token that can be drawn.
   const bool complete = static_cast<int64_t>(cid.size()) < K || K == vocab_;
   const double log_norm =
       need_norm && !complete ? static_cast<double>(ops::to_vector(norm)[0]) : std::numeric_limits<double>::quiet_NaN();

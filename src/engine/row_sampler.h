@@ -5,9 +5,10 @@
 // softmax normaliser; Sampler::distribution_from_candidates builds the full-row distribution from them. Logprobs
 // come from the device too (the row's log-sum-exp, the chosen token's logit, a top-k of the raw row).
 //
-// When the candidates cannot prove the result, the row is read whole instead (a fallback): top_k = 0 with a
-// nucleus that does not close within the candidates and no min_p cut below the last of them, e.g. pure temperature
-// sampling over the whole vocabulary; top_k above kMaxTopK; and a grammar mask that leaves only -inf logits.
+// When the candidates cannot prove the result, the row is read whole instead (a fallback): without top_k, when the
+// full-row distribution holds more tokens than the candidates (neither the nucleus nor min_p ends within them; one
+// more token, the witness, proves that they do), e.g. pure temperature sampling over the whole vocabulary; top_k
+// above kMaxTopK; and rows where nothing finite can be drawn (a grammar mask that leaves only -inf logits).
 #include <cstdint>
 #include <vector>
 

@@ -232,13 +232,16 @@ std::optional<Distribution> Sampler::finish(std::vector<int32_t> ids, const floa
       if (p[i] < opt_.min_p * best) keep[i] = 0;
   }
   if (partial) {
-    // Every token outside the candidates has a probability at most the last candidate's. It is left out of the
-    // full-row distribution when the nucleus closed within the candidates or min_p drops the last candidate; the
-    // margin keeps rounding (the normaliser comes from the device in F32) from deciding.
+    // The last entry is a witness: the best token outside the candidates. The kept tokens are a prefix in logit
+    // order, so when the witness is provably dropped (the nucleus closed before it, or min_p cuts it) so is every
+    // token after it. The margin keeps rounding (the normaliser comes from the device in F32) from deciding.
     constexpr double kMargin = 1e-4;
-    const bool closed = nucleus && cum >= opt_.top_p + kMargin;
+    VATIC_CHECK(ids.size() >= 2, "sampling candidates without a witness");
+    const double before = cum - p.back();
+    const bool closed = nucleus && before >= opt_.top_p + kMargin;
     const bool cut = opt_.min_p > 0 && p.back() < opt_.min_p * best * (1 - kMargin);
     if (!closed && !cut) return std::nullopt;
+    keep.back() = 0;
   }
   Distribution d;
   double total = 0;

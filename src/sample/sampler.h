@@ -61,10 +61,11 @@ class Sampler {
                             const uint64_t* allowed = nullptr) const;
   // The same distribution from candidates instead of the whole row, for logits that live on a device.
   // `ids` / `logits`: the row's best tokens after the penalties and the mask, sorted by logit descending (ties:
-  // lower id first), -inf ones left out. With top_k > 0 they must be the top_k best (or every finite token). With
-  // top_k = 0, `log_norm` = log Σ_i exp(l_i / T) over the whole row: the result is returned only when it is provably
-  // the full-row one (the nucleus closes within the candidates, or min_p cuts below the last one); otherwise
-  // nullopt, and the caller must use the whole row. Not for greedy options.
+  // lower id first), -inf ones left out. With top_k > 0 they must be the top_k best (or every finite token), and
+  // log_norm is ignored. With top_k = 0 they are every finite token (log_norm NaN), or the best K + 1 with
+  // `log_norm` = log Σ_i exp(l_i / T) over the whole row: the K + 1-th is a witness for the rest of the row, and the
+  // result is returned only when it provably leaves the witness out (the nucleus closes within the first K, or
+  // min_p cuts the witness); otherwise nullopt, and the caller must use the whole row. Not for greedy options.
   std::optional<Distribution> distribution_from_candidates(const std::vector<int32_t>& ids,
                                                            const std::vector<float>& logits, double log_norm) const;
   // The penalty history for one distribution: each distinct recent token (history then `extra`) and its count.

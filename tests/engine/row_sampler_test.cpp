@@ -2,7 +2,8 @@
 // gives the same distribution (ids in the same order, probabilities within float rounding) and the same seeded
 // draws, the fallback to the whole row happens exactly when the candidates cannot prove the result, and the
 // generation loop (plain steps, drafts, verification, grammar, logprobs) emits the same tokens on both paths. The
-// rows live on test_device(), so on a GPU this checks the device's candidates against the host sampler.
+// rows live on test_device() (the test environment skips the binary when it is absent), so on a GPU this checks the
+// device's candidates against the host sampler.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -41,8 +42,6 @@ struct Case {
 
 TEST(RowSampler, CandidatesGiveTheFullRowDistribution) {
   const Device dev = test_device();
-  if (!device_available(dev)) GTEST_SKIP() << dev.str() << " is not available";
-  backend_for(dev).bind_thread();
   const int64_t V = 5003;  // not a multiple of 64: the mask's last word is partial
   std::mt19937 rng(7);
   std::normal_distribution<float> nd(0.0f, 2.5f);
@@ -108,8 +107,6 @@ TEST(RowSampler, CandidatesGiveTheFullRowDistribution) {
 
 TEST(RowSampler, RowsWithNothingFiniteToDrawFallBack) {
   const Device dev = test_device();
-  if (!device_available(dev)) GTEST_SKIP() << dev.str() << " is not available";
-  backend_for(dev).bind_thread();
   const int64_t V = 300;
   std::vector<float> host(V, -INFINITY);
   host[7] = 1.0f;
@@ -142,8 +139,6 @@ TEST(RowSampler, RowsWithNothingFiniteToDrawFallBack) {
 
 TEST(RowSampler, LogprobsFromTheDevice) {
   const Device dev = test_device();
-  if (!device_available(dev)) GTEST_SKIP() << dev.str() << " is not available";
-  backend_for(dev).bind_thread();
   const int64_t V = 4099;
   std::mt19937 rng(3);
   std::normal_distribution<float> nd(0.0f, 3.0f);
@@ -214,7 +209,6 @@ GenRun run(GenerateOptions o, SamplingPath path, bool drafter) {
 }
 
 TEST(RowSamplerGeneration, BothPathsEmitTheSameTokens) {
-  if (!device_available(test_device())) GTEST_SKIP() << test_device().str() << " is not available";
   struct Opt {
     const char* name;
     std::function<void(GenerateOptions&)> set;
@@ -249,7 +243,7 @@ TEST(RowSamplerGeneration, BothPathsEmitTheSameTokens) {
   };
   for (const auto& opt : opts) {
     SCOPED_TRACE(opt.name);
-    for (int64_t seed : {1, 2}) {
+    for (int64_t seed : {int64_t(1)}) {
       GenerateOptions o;
       o.max_tokens = 16;
       o.ignore_eos = true;

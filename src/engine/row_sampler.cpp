@@ -10,13 +10,19 @@
 namespace vatic {
 
 RowSampler::RowSampler(const Sampler& sampler, int64_t vocab, SamplingPath path, int candidates)
-    : sampler_(sampler), vocab_(vocab), path_(path), candidates_(candidates > 0 ? candidates : kDefaultCandidates) {}
+    : sampler_(sampler),
+      vocab_(vocab),
+      path_(path),
+      candidates_(candidates > 0 ? candidates : kDefaultCandidates) {}
 
 bool RowSampler::uses_candidates(const Tensor& logits) const {
   switch (path_) {
-    case SamplingPath::Candidates: return true;
-    case SamplingPath::FullRow: return false;
-    case SamplingPath::Auto: break;
+    case SamplingPath::Candidates:
+      return true;
+    case SamplingPath::FullRow:
+      return false;
+    case SamplingPath::Auto:
+      break;
   }
   return !logits.device().is_cpu();
 }
@@ -57,7 +63,8 @@ Distribution RowSampler::distribution(const Tensor& logits, int64_t row, const s
     Tensor copy = ops::empty_like(work, work.shape());
     ops::copy_into(work, copy);
     work = copy;
-    if (!ids.empty()) ops::penalize(work, ids, counts, o.repeat_penalty, o.presence_penalty, o.frequency_penalty);
+    if (!ids.empty())
+      ops::penalize(work, ids, counts, o.repeat_penalty, o.presence_penalty, o.frequency_penalty);
     if (allowed) ops::mask_tokens(work, std::vector<uint64_t>(allowed, allowed + (vocab_ + 63) / 64));
   }
   // Without top_k, one token more than the candidates: the witness for the rest of the row.
@@ -70,7 +77,8 @@ Distribution RowSampler::distribution(const Tensor& logits, int64_t row, const s
   const Tensor hi = ops::to_host(indices);
   const int32_t* id = hi.data<int32_t>();
 
-  // -inf first: nothing can be drawn, or only tokens a mask allows at -inf; the full row says which (or why not).
+  // -inf first: nothing can be drawn, or only tokens a mask allows at -inf; the full row says which (or why
+  // not).
   if (!std::isfinite(v[0]) && (allowed || !greedy)) {
     counters_.fallbacks++;
     return full(logits, row, extra, allowed);
@@ -87,8 +95,8 @@ Distribution RowSampler::distribution(const Tensor& logits, int64_t row, const s
   }
   // Fewer finite tokens than K (or the whole row): the candidates are every token that can be drawn.
   const bool complete = static_cast<int64_t>(cid.size()) < K || K == vocab_;
-  const double log_norm =
-      need_norm && !complete ? static_cast<double>(ops::to_vector(norm)[0]) : std::numeric_limits<double>::quiet_NaN();
+  const double log_norm = need_norm && !complete ? static_cast<double>(ops::to_vector(norm)[0])
+                                                 : std::numeric_limits<double>::quiet_NaN();
   std::optional<Distribution> d = sampler_.distribution_from_candidates(cid, cl, log_norm);
   if (!d) {
     counters_.fallbacks++;

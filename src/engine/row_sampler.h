@@ -1,14 +1,16 @@
 #pragma once
-// Tokens from logits rows wherever the rows live. On the host the sampler reads the whole row. For rows on a device
-// (or when forced) only candidates cross to the host: the penalties and a grammar's mask are applied to a copy of
-// the row on the device, and its best K tokens (K = top_k, or a cap without top_k) come back with the row's
-// softmax normaliser; Sampler::distribution_from_candidates builds the full-row distribution from them. Logprobs
-// come from the device too (the row's log-sum-exp, the chosen token's logit, a top-k of the raw row).
+// Tokens from logits rows wherever the rows live. On the host the sampler reads the whole row. For rows on a
+// device (or when forced) only candidates cross to the host: the penalties and a grammar's mask are applied
+// to a copy of the row on the device, and its best K tokens (K = top_k, or a cap without top_k) come back
+// with the row's softmax normaliser; Sampler::distribution_from_candidates builds the full-row distribution
+// from them. Logprobs come from the device too (the row's log-sum-exp, the chosen token's logit, a top-k of
+// the raw row).
 //
-// When the candidates cannot prove the result, the row is read whole instead (a fallback): without top_k, when the
-// full-row distribution holds more tokens than the candidates (neither the nucleus nor min_p ends within them; one
-// more token, the witness, proves that they do), e.g. pure temperature sampling over the whole vocabulary; top_k
-// above kMaxTopK; and rows where nothing finite can be drawn (a grammar mask that leaves only -inf logits).
+// When the candidates cannot prove the result, the row is read whole instead (a fallback): without top_k,
+// when the full-row distribution holds more tokens than the candidates (neither the nucleus nor min_p ends
+// within them; one more token, the witness, proves that they do), e.g. pure temperature sampling over the
+// whole vocabulary; top_k above kMaxTopK; and rows where nothing finite can be drawn (a grammar mask that
+// leaves only -inf logits).
 #include <cstdint>
 #include <vector>
 
@@ -50,7 +52,8 @@ class RowSampler {
  private:
   Tensor row_of(const Tensor& logits, int64_t row) const;
   const float* host_row(const Tensor& logits, int64_t row, std::vector<float>& buf) const;
-  Distribution full(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra, const uint64_t* allowed);
+  Distribution full(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra,
+                    const uint64_t* allowed);
 
   const Sampler& sampler_;
   int64_t vocab_;

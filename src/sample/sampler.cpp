@@ -167,7 +167,8 @@ std::optional<Distribution> Sampler::distribution_from_candidates(const std::vec
   std::vector<int32_t> pos(ids.size());
   std::iota(pos.begin(), pos.end(), 0);
   // finish() reads logits by position here; the ids are mapped back at the end.
-  std::optional<Distribution> d = finish(std::move(pos), logits.data(), false, opt_.top_k > 0 ? std::nan("") : log_norm);
+  std::optional<Distribution> d =
+      finish(std::move(pos), logits.data(), false, opt_.top_k > 0 ? std::nan("") : log_norm);
   if (!d) return d;
   for (auto& i : d->ids) i = ids[static_cast<size_t>(i)];
   // The full-row order (see finish): by id unless nucleus sampling sorted it by logit.
@@ -204,7 +205,8 @@ std::optional<Distribution> Sampler::finish(std::vector<int32_t> ids, const floa
   }
   std::vector<double> p(ids.size());
   if (partial) {
-    for (size_t i = 0; i < ids.size(); i++) p[i] = std::exp(static_cast<double>(l[ids[i]]) / opt_.temperature - log_norm);
+    for (size_t i = 0; i < ids.size(); i++)
+      p[i] = std::exp(static_cast<double>(l[ids[i]]) / opt_.temperature - log_norm);
   } else {
     double mx = -std::numeric_limits<double>::infinity();
     for (int32_t i : ids) mx = std::max(mx, static_cast<double>(l[i]));

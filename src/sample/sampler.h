@@ -83,7 +83,8 @@ class Sampler {
   // softmax(l / T) over the candidates (sorted by logit when nucleus sampling), then top-p, min-p, renormalise.
   // log_norm: NaN = normalise over the candidates; else the whole row's log Σ exp(l / T), and the candidates are its
   // best tokens (nullopt when they cannot prove the result).
-  std::optional<Distribution> finish(std::vector<int32_t> ids, const float* l, bool indexed_by_id, double log_norm) const;
+  std::optional<Distribution> finish(std::vector<int32_t> ids, const float* l, bool indexed_by_id,
+                                     double log_norm) const;
 
   SamplerOptions opt_;
   int64_t vocab_;

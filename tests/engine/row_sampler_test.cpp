@@ -1,9 +1,9 @@
-// The candidates path of sampling (engine/row_sampler.h) against the full-row sampler: every option combination
-// gives the same distribution (ids in the same order, probabilities within float rounding) and the same seeded
-// draws, the fallback to the whole row happens exactly when the candidates cannot prove the result, and the
-// generation loop (plain steps, drafts, verification, grammar, logprobs) emits the same tokens on both paths. The
-// rows live on test_device() (the test environment skips the binary when it is absent), so on a GPU this checks the
-// device's candidates against the host sampler.
+// The candidates path of sampling (engine/row_sampler.h) against the full-row sampler: every option
+// combination gives the same distribution (ids in the same order, probabilities within float rounding) and
+// the same seeded draws, the fallback to the whole row happens exactly when the candidates cannot prove the
+// result, and the generation loop (plain steps, drafts, verification, grammar, logprobs) emits the same
+// tokens on both paths. The rows live on test_device() (the test environment skips the binary when it is
+// absent), so on a GPU this checks the device's candidates against the host sampler.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -15,8 +15,8 @@
 #include "grammar/json_schema.h"
 #include "models/loader.h"
 #include "ops/ops.h"
-#include "tokenizer/tokenizer.h"
 #include "test_device.h"
+#include "tokenizer/tokenizer.h"
 
 namespace vatic {
 namespace {
@@ -25,7 +25,8 @@ namespace fs = std::filesystem;
 
 void expect_same(const Distribution& got, const Distribution& want, const std::string& what) {
   ASSERT_EQ(got.ids, want.ids) << what;
-  for (size_t i = 0; i < want.ids.size(); i++) ASSERT_NEAR(got.probs[i], want.probs[i], 2e-5) << what << " at " << i;
+  for (size_t i = 0; i < want.ids.size(); i++)
+    ASSERT_NEAR(got.probs[i], want.probs[i], 2e-5) << what << " at " << i;
 }
 
 struct Case {
@@ -35,8 +36,8 @@ struct Case {
   bool penalties, mask;
   int candidates;
   std::string str() const {
-    return fmt::format("T={} top_k={} top_p={} min_p={} penalties={} mask={} candidates={}", temperature, top_k, top_p,
-                       min_p, penalties, mask, candidates);
+    return fmt::format("T={} top_k={} top_p={} min_p={} penalties={} mask={} candidates={}", temperature,
+                       top_k, top_p, min_p, penalties, mask, candidates);
   }
 };
 
@@ -48,7 +49,7 @@ TEST(RowSampler, CandidatesGiveTheFullRowDistribution) {
   std::vector<float> host(3 * V);
   for (auto& x : host) x = nd(rng);
   for (int64_t i = 0; i < 40; i++) host[V + i * 11] = host[V + i * 11 + 1];  // ties in row 1
-  for (int64_t i = 0; i < V; i += 5) host[2 * V + i] = -INFINITY;           // masked-out columns in row 2
+  for (int64_t i = 0; i < V; i += 5) host[2 * V + i] = -INFINITY;            // masked-out columns in row 2
   const Tensor logits = ops::to_device(Tensor::from_floats(host, {3, V}), dev);
   std::vector<int32_t> history, extra;
   for (int i = 0; i < 80; i++) history.push_back(static_cast<int32_t>(rng() % 200));  // repeats: counts > 1
@@ -90,7 +91,8 @@ TEST(RowSampler, CandidatesGiveTheFullRowDistribution) {
                   const Distribution got = rows.distribution(logits, r, extra, m);
                   expect_same(got, want, "distribution");
                   const bool fell_back = rows.counters().fallbacks > before;
-                  // The only rows that must be read whole: no top_k, and the result holds more than the candidates.
+                  // The only rows that must be read whole: no top_k, and the result holds more than the
+                  // candidates.
                   const bool must = T > 0 && top_k == 0 && static_cast<int64_t>(want.ids.size()) > cands;
                   EXPECT_EQ(fell_back, must) << want.ids.size() << " tokens in the distribution";
                   // One seed draws one token from either.
@@ -119,7 +121,8 @@ TEST(RowSampler, RowsWithNothingFiniteToDrawFallBack) {
     o.temperature = T;
     Sampler s(o, V);
     RowSampler rows(s, V, SamplingPath::Candidates, 16);
-    expect_same(rows.distribution(logits, 0, {}, mask.data()), s.distribution(host.data(), {}, mask.data()), "mask");
+    expect_same(rows.distribution(logits, 0, {}, mask.data()), s.distribution(host.data(), {}, mask.data()),
+                "mask");
     EXPECT_EQ(rows.counters().fallbacks, 1);
     // Without the mask the two finite tokens are the whole support: the candidates hold it.
     expect_same(rows.distribution(logits, 0), s.distribution(host.data()), "sparse row");
@@ -132,8 +135,8 @@ TEST(RowSampler, RowsWithNothingFiniteToDrawFallBack) {
   for (int64_t i = 0; i < V; i++) dense[i] = std::sin(float(i));
   Sampler s(o, V);
   RowSampler rows(s, V, SamplingPath::Candidates);
-  expect_same(rows.distribution(ops::to_device(Tensor::from_floats(dense, {V}), dev), 0), s.distribution(dense.data()),
-              "top_k above the cap");
+  expect_same(rows.distribution(ops::to_device(Tensor::from_floats(dense, {V}), dev), 0),
+              s.distribution(dense.data()), "top_k above the cap");
   EXPECT_EQ(rows.counters().full_rows, 1);
 }
 
@@ -167,7 +170,9 @@ TEST(RowSampler, LogprobsFromTheDevice) {
 }
 
 // Through the generation loop with the bundled demo pair.
-fs::path demo(const char* name) { return fs::path(VATIC_SOURCE_DIR) / "models" / "demo" / name; }
+fs::path demo(const char* name) {
+  return fs::path(VATIC_SOURCE_DIR) / "models" / "demo" / name;
+}
 
 struct Demo {
   std::unique_ptr<LanguageModel> lm;
@@ -183,7 +188,8 @@ Demo& demo_pair() {
     auto ds = ModelSource::from_directory(demo("gemma4-demo-assistant"));
     x.drafter = load_drafter(*x.lm, &ds);
     x.tok = std::make_unique<Tokenizer>(Tokenizer::load(demo("gemma4-demo")));
-    x.vocab = std::make_shared<grammar::TokenVocab>(grammar::TokenVocab::from_tokenizer(*x.tok, x.lm->info().vocab_size));
+    x.vocab = std::make_shared<grammar::TokenVocab>(
+        grammar::TokenVocab::from_tokenizer(*x.tok, x.lm->info().vocab_size));
     return x;
   }();
   return d;
@@ -222,7 +228,13 @@ TEST(RowSamplerGeneration, BothPathsEmitTheSameTokens) {
       {"top_k", [](GenerateOptions& o) { o.sampling.top_k = 40; }, false},
       {"top_p", [](GenerateOptions& o) { o.sampling.top_p = 0.9f; }, false},
       {"min_p", [](GenerateOptions& o) { o.sampling.min_p = 0.05f; }, false},
-      {"all filters", [](GenerateOptions& o) { o.sampling.top_k = 64; o.sampling.top_p = 0.95f; o.sampling.min_p = 0.02f; }, false},
+      {"all filters",
+       [](GenerateOptions& o) {
+         o.sampling.top_k = 64;
+         o.sampling.top_p = 0.95f;
+         o.sampling.min_p = 0.02f;
+       },
+       false},
       {"penalties",
        [](GenerateOptions& o) {
          o.sampling.top_p = 0.8f;
@@ -231,15 +243,57 @@ TEST(RowSamplerGeneration, BothPathsEmitTheSameTokens) {
          o.sampling.frequency_penalty = 0.2f;
        },
        false},
-      {"greedy penalties", [](GenerateOptions& o) { o.sampling.temperature = 0; o.sampling.repeat_penalty = 1.5f; }, false},
-      {"logprobs", [](GenerateOptions& o) { o.sampling.top_k = 20; o.sampling.logprobs = true; o.sampling.top_logprobs = 3; }, false},
-      {"greedy logprobs", [](GenerateOptions& o) { o.sampling.temperature = 0; o.sampling.logprobs = true; }, false},
-      {"speculative", [](GenerateOptions& o) { o.sampling.top_k = 40; o.draft_depth = 3; }, true},
+      {"greedy penalties",
+       [](GenerateOptions& o) {
+         o.sampling.temperature = 0;
+         o.sampling.repeat_penalty = 1.5f;
+       },
+       false},
+      {"logprobs",
+       [](GenerateOptions& o) {
+         o.sampling.top_k = 20;
+         o.sampling.logprobs = true;
+         o.sampling.top_logprobs = 3;
+       },
+       false},
+      {"greedy logprobs",
+       [](GenerateOptions& o) {
+         o.sampling.temperature = 0;
+         o.sampling.logprobs = true;
+       },
+       false},
+      {"speculative",
+       [](GenerateOptions& o) {
+         o.sampling.top_k = 40;
+         o.draft_depth = 3;
+       },
+       true},
       {"speculative top_p penalties",
-       [](GenerateOptions& o) { o.sampling.top_p = 0.9f; o.sampling.repeat_penalty = 1.3f; o.draft_depth = 2; }, true},
-      {"grammar", [&](GenerateOptions& o) { o.sampling.top_k = 40; o.grammar = grammar; }, false},
-      {"grammar speculative", [&](GenerateOptions& o) { o.sampling.top_p = 0.9f; o.grammar = grammar; o.draft_depth = 2; }, true},
-      {"pure temperature", [](GenerateOptions& o) { o.sampling.temperature = 1.0f; o.draft_depth = 2; }, true},
+       [](GenerateOptions& o) {
+         o.sampling.top_p = 0.9f;
+         o.sampling.repeat_penalty = 1.3f;
+         o.draft_depth = 2;
+       },
+       true},
+      {"grammar",
+       [&](GenerateOptions& o) {
+         o.sampling.top_k = 40;
+         o.grammar = grammar;
+       },
+       false},
+      {"grammar speculative",
+       [&](GenerateOptions& o) {
+         o.sampling.top_p = 0.9f;
+         o.grammar = grammar;
+         o.draft_depth = 2;
+       },
+       true},
+      {"pure temperature",
+       [](GenerateOptions& o) {
+         o.sampling.temperature = 1.0f;
+         o.draft_depth = 2;
+       },
+       true},
   };
   for (const auto& opt : opts) {
     SCOPED_TRACE(opt.name);
@@ -270,7 +324,8 @@ TEST(RowSamplerGeneration, BothPathsEmitTheSameTokens) {
       if (opt.drafter) {
         EXPECT_GT(got.stats.rounds, 0);
       }
-      // Pure temperature sampling over 4096 tokens cannot be proved from 256 candidates: every row is read whole.
+      // Pure temperature sampling over 4096 tokens cannot be proved from 256 candidates: every row is read
+      // whole.
       if (std::string(opt.name) == "pure temperature") {
         EXPECT_EQ(got.stats.sampling.candidate_rows, 0);
         EXPECT_GT(got.stats.sampling.fallbacks, 0);

@@ -113,7 +113,7 @@ class Backend {
   virtual void softcap(const Tensor& a, float cap, const Tensor& y) = 0;  // cap * tanh(a / cap)
   virtual void softmax(const Tensor& a, const Tensor& y) = 0;            // over the last dim
   // Largest k of each row of a [T, N]: values F32 [T, k], indices I32 [T, k], sorted descending; ties go to the
-  // lower index.
+  // lower index. k may be a few hundred over a vocabulary (the sampler's candidates).
   virtual void topk(const Tensor& a, int k, const Tensor& values, const Tensor& indices) = 0;
   // Mixture-of-experts matmul: y[r, :] = x[r / (R / X), :] · W[experts[r]]ᵀ for r < R = experts.numel(), where W is
   // a stacked [E, N, K] Linear and x has X rows (X = R: one input row per output row; X = R / k: each input row
@@ -123,7 +123,8 @@ class Backend {
   // out[t, :] = Σ_j weights[t, j] · rows[t·k + j, :] for rows [T·k, D], weights F32 [T, k].
   virtual void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) = 0;
   // out[i, :] = table[ids[i], :] for an I32 table [R, C] (rows of token ids, e.g. the clusters of the Gemma 4
-  // assistant's centroid head); out I32 [n, C]. An id outside [0, R) is an error.
+  // assistant's centroid head); out I32 [n, C]. An id outside [0, R) is an error. An F32 table gives an F32 out
+  // (a [V, 1] view of a logits row fetches single logits).
   virtual void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
   // out[index[i]] = values[i] for F32 values [n], I32 index [n] and a contiguous F32 out (indices distinct).
   virtual void scatter(const Tensor& values, const Tensor& index, const Tensor& out) = 0;
@@ -141,6 +142,19 @@ class Backend {
   // Records the work `work` queues on this device into a graph instead of running it, or returns null when this
   // device has no graphs. While recording, nothing may wait for the device or copy host memory to it (both throw).
   virtual std::unique_ptr<DeviceGraph> record(const std::function<void()>& work) { return nullptr; }
+
+  // Sampling on the device: what the sampler needs from a logits row without bringing the row to the host.
+  // Per row of a [R, N] (F32, contiguous): out[r] = log Σ_i exp(scale · a[r, i]) (scale > 0; -inf for a row that
+  // is all -inf), i.e. the softmax normaliser at temperature 1 / scale. out F32 [R].
+  virtual void logsumexp(const Tensor& a, float scale, const Tensor& out) = 0;
+  // In place on a row x [N] (F32, contiguous): x[i] = -inf where bit i of `bits` is clear. bits I32
+  // [ceil(N / 32)] (bit i is bit i % 32 of word i / 32: a grammar's 64-bit mask words read as 32-bit halves).
+  virtual void mask_tokens(const Tensor& x, const Tensor& bits) = 0;
+  // In place on a row x [N] (F32, contiguous), for each distinct id of ids I32 [n] with count counts I32 [n]
+  // (ids outside [0, N) are skipped), exactly as the host sampler: l = l < 0 ? l · repeat : l / repeat (when
+  // repeat != 1), then l -= presence, then l -= frequency · count (each step rounded to F32).
+  virtual void penalize(const Tensor& x, const Tensor& ids, const Tensor& counts, float repeat, float presence,
+                        float frequency) = 0;
 };
 
 // The backend registry: which devices this build and this machine have.

@@ -112,8 +112,8 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     Tensor h = ops::to_host(ids);
     return std::vector<int32_t>(h.data<int32_t>(), h.data<int32_t>() + h.numel());
   };
-  std::vector<float> logits;
-  if (!argmax_only) logits = ops::to_vector(r.logits);
+  // Every other choice reads the sampler's inputs from the rows where they are (candidates from a device).
+  RowSampler rows(sampler, V, o.sampling_path, o.sampling_candidates);
   Tensor hidden = r.hidden;
   // Constrained decoding: masks[i] holds the tokens allowed at the i-th position of a round.
   std::unique_ptr<grammar::Matcher> matcher;
@@ -134,7 +134,7 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
   auto advance = [&](int32_t tok) {
     if (matcher) VATIC_CHECK(matcher->accept(tok), "token {} is outside the grammar", tok);
   };
-  int32_t next = argmax_only ? argmax_rows(r.logits)[0] : sampler.sample(sampler.distribution(logits.data(), {}, mask_at(0)));
+  int32_t next = argmax_only ? argmax_rows(r.logits)[0] : sampler.sample(rows.distribution(r.logits, 0, {}, mask_at(0)));
   advance(next);
 
   DepthController* depth = depth_;
@@ -143,8 +143,8 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     depth = own_depth_.get();
   }
 
-  // Emits `tok` (sampled from the raw logits row `row`); returns false when generation is over.
-  auto emit = [&](int32_t tok, const float* row) -> bool {
+  // Emits `tok` (sampled from row `row` of the raw logits `lg`); returns false when generation is over.
+  auto emit = [&](int32_t tok, const Tensor* lg, int64_t row) -> bool {
     // Under a grammar a stop token always ends generation (it is only allowed once the output is complete).
     const bool grammar_stop = matcher && (std::count(model_.info().eos_ids.begin(), model_.info().eos_ids.end(), tok) ||
                                           std::count(o.extra_stop_ids.begin(), o.extra_stop_ids.end(), tok));
@@ -155,9 +155,10 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     stats.generated++;
     sampler.commit(tok);
     TokenEvent ev{tok, std::nullopt, {}};
-    if (want_logprobs && row) {
-      ev.logprob = Sampler::logprob(row, V, tok);
-      if (o.sampling.top_logprobs > 0) ev.top = Sampler::top_logprobs(row, V, o.sampling.top_logprobs);
+    if (want_logprobs && lg) {
+      TokenLogprob chosen{};
+      rows.logprobs(*lg, row, tok, o.sampling.top_logprobs, &chosen, &ev.top);
+      ev.logprob = chosen;
     }
     if (!on_token(ev)) {
       stats.done_reason = "stop";
@@ -176,12 +177,14 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
 
   if (budget <= 0) {
     stats.decode_seconds = since(t1);
+    stats.sampling = rows.counters();
     return stats;
   }
 
   // The raw logits row `next` was drawn from (for logprobs).
-  std::vector<float> next_row = logits;
-  while (emit(next, next_row.empty() ? nullptr : next_row.data())) {
+  Tensor next_logits = r.logits;
+  int64_t next_row = 0;
+  while (emit(next, argmax_only ? nullptr : &next_logits, next_row)) {
     const int64_t remaining = budget - stats.generated;
     int k = 0;
     // Speculation is off when logprobs are requested (as ollama does): every token gets its own row.
@@ -201,9 +204,9 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       if (argmax_only) {
         next = argmax_rows(s.logits)[0];
       } else {
-        logits = ops::to_vector(s.logits);
-        next = sampler.sample(sampler.distribution(logits.data(), {}, mask_at(0)));
-        next_row = logits;
+        next = sampler.sample(rows.distribution(s.logits, 0, {}, mask_at(0)));
+        next_logits = s.logits;
+        next_row = 0;
       }
       advance(next);
       if (drafter_ && depth) depth->record(0, 0, clock_() - round_start);
@@ -220,12 +223,11 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
         q.push_back(Distribution{{t}, {1.0f}});
         return t;
       }
-      std::vector<float> v = ops::to_vector(dl);
       std::vector<int32_t> hist(chain.begin(), chain.end());
       hist.insert(hist.begin(), next);
       // Drafts come from the allowed tokens too, so a draft never leaves the grammar; the same mask is the
       // verification mask of this position.
-      Distribution d = sampler.distribution(v.data(), hist, mask_at(chain.size()));
+      Distribution d = rows.distribution(dl, 0, hist, mask_at(chain.size()));
       int32_t t = sampler.options().greedy() ? d.ids[0] : sampler.sample(d);
       advance(t);
       chain.push_back(t);
@@ -237,18 +239,14 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     verify.insert(verify.end(), chain.begin(), chain.end());
     if (matcher) mask_at(chain.size());  // the bonus position
     ForwardResult vr = model_.forward(state, verify, k + 1);
-    std::vector<float> vl;
     std::vector<int32_t> best;  // argmax_only: the target's choice at each verified position
-    if (argmax_only)
-      best = argmax_rows(vr.logits);
-    else
-      vl = ops::to_vector(vr.logits);
+    if (argmax_only) best = argmax_rows(vr.logits);
     int accepted = 0;
     int32_t follow = -1;
     std::vector<int32_t> hist = {next};
     for (int i = 0; i <= k; i++) {
       Distribution p = argmax_only ? Distribution{{best[static_cast<size_t>(i)]}, {1.0f}}
-                                   : sampler.distribution(vl.data() + i * V, hist, matcher ? masks[i].data() : nullptr);
+                                   : rows.distribution(vr.logits, i, hist, matcher ? masks[i].data() : nullptr);
       if (i == k) {
         follow = sampler.sample(p);  // bonus token
         break;
@@ -287,12 +285,14 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     hidden = vr.hidden.slice(0, accepted, accepted + 1);
     if (depth) depth->record(k, accepted, clock_() - round_start);
     bool go = true;
-    for (int i = 0; i < accepted && go; i++) go = emit(chain[i], vl.empty() ? nullptr : vl.data() + i * V);
+    for (int i = 0; i < accepted && go; i++) go = emit(chain[i], argmax_only ? nullptr : &vr.logits, i);
     if (!go) break;
     next = follow;
-    if (!vl.empty()) next_row.assign(vl.begin() + accepted * V, vl.begin() + (accepted + 1) * V);
+    next_logits = vr.logits;
+    next_row = accepted;
   }
   stats.decode_seconds = since(t1);
+  stats.sampling = rows.counters();
   return stats;
 }
 

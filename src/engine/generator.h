@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/depth_controller.h"
+#include "engine/row_sampler.h"
 #include "grammar/matcher.h"
 #include "models/model.h"
 #include "sample/sampler.h"
@@ -26,6 +27,9 @@ struct GenerateOptions {
   // Constrained decoding: every token (drafts and verified positions included) comes from the tokens the grammar
   // allows next; a stop token is allowed once the grammar is complete.
   std::shared_ptr<const grammar::CompiledGrammar> grammar;
+  // Where sampled rows are read (see engine/row_sampler.h): Auto brings only candidates back from a device.
+  SamplingPath sampling_path = SamplingPath::Auto;
+  int sampling_candidates = 0;  // tokens brought back without top_k (0 = RowSampler::kDefaultCandidates)
 };
 
 struct GenerateStats {
@@ -38,6 +42,7 @@ struct GenerateStats {
   std::vector<int64_t> position_drafted, position_accepted;  // per draft position
   std::vector<int> depth_trace;   // draft depth of every decode step / round (0 = plain decode)
   std::string done_reason = "length";  // "stop" (EOS / stop request), "length", "cancel"
+  RowSampler::Counters sampling;  // how sampled rows were read (not in to_json)
 
   double acceptance_length() const { return rounds ? 1.0 + double(accepted) / double(rounds) : 0.0; }
   json to_json() const;

@@ -1,10 +1,26 @@
 #include "ops/ops.h"
 
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 
 namespace vatic::ops {
 
-Backend& backend_of(const Tensor& t) { return backend_for(t.device()); }
+void count_dispatch() {
+  static const int64_t limit = [] {
+    const char* e = std::getenv("VATIC_FAIL_DEVICE_AFTER");
+    return e && *e ? std::strtoll(e, nullptr, 10) : int64_t(-1);
+  }();
+  if (limit < 0) return;
+  static std::atomic<int64_t> count{0};
+  if (count.fetch_add(1) >= limit)
+    throw DeviceError(fmt::format("injected device failure after {} operations (VATIC_FAIL_DEVICE_AFTER)", limit));
+}
+
+Backend& backend_of(const Tensor& t) {
+  count_dispatch();
+  return backend_for(t.device());
+}
 
 namespace {
 // The backend of the first input, after checking that every other (defined) input lives on the same device.
@@ -17,6 +33,7 @@ Backend& backend_of_all(const char* op, const Tensor& first, const Ts&... rest) 
                               t.describe(), t.device().str()));
   };
   (check(rest), ...);
+  count_dispatch();
   return backend_for(d);
 }
 Backend& backend_of_linear(const char* op, const Tensor& x, const Linear& w) {
@@ -157,7 +174,7 @@ Tensor concat_cols(const Tensor& a, const Tensor& b) {
 }
 
 Tensor gather_rows(const Tensor& table, const Tensor& ids_) {
-  Tensor out = empty_like(table, {ids_.numel(), table.dim(1)}, DType::I32);
+  Tensor out = empty_like(table, {ids_.numel(), table.dim(1)}, table.dtype());
   backend_of_all("gather_rows", table, ids_).gather_rows(contiguous(table), contiguous(ids_), out);
   return out;
 }
@@ -196,6 +213,30 @@ void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tens
   *experts = empty_like(router_out, {T, p.k}, DType::I32);
   backend_of_all("route", router_out, p.bias ? *p.bias : Tensor(), p.expert_scale ? *p.expert_scale : Tensor())
       .route(contiguous(router_out), p, *weights, *experts);
+}
+
+Tensor logsumexp(const Tensor& a, float scale) {
+  const int64_t N = a.dim(-1);
+  Tensor out = empty_like(a, {N ? a.numel() / N : 0}, DType::F32);
+  backend_of(a).logsumexp(contiguous(a), scale, out);
+  return out;
+}
+void mask_tokens(const Tensor& row, const std::vector<uint64_t>& allowed) {
+  Backend& be = backend_of(row);
+  std::vector<int32_t> halves(allowed.size() * 2);
+  for (size_t w = 0; w < allowed.size(); w++) {
+    halves[2 * w] = static_cast<int32_t>(static_cast<uint32_t>(allowed[w]));
+    halves[2 * w + 1] = static_cast<int32_t>(static_cast<uint32_t>(allowed[w] >> 32));
+  }
+  be.mask_tokens(row, be.upload(Tensor::from_ints(halves, {static_cast<int64_t>(halves.size())})));
+}
+void penalize(const Tensor& row, const std::vector<int32_t>& ids_, const std::vector<int32_t>& counts, float repeat,
+              float presence, float frequency) {
+  if (ids_.empty()) return;
+  Backend& be = backend_of(row);
+  const int64_t n = static_cast<int64_t>(ids_.size());
+  be.penalize(row, be.upload(Tensor::from_ints(ids_, {n})), be.upload(Tensor::from_ints(counts, {n})), repeat,
+              presence, frequency);
 }
 
 }  // namespace vatic::ops

@@ -47,7 +47,7 @@ void topk(const Tensor& a, int k, Tensor* values, Tensor* indices);
 Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts);  // [experts.numel(), N]
 Tensor combine_rows(const Tensor& rows, const Tensor& weights);                 // [T, D]
 void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts);
-Tensor gather_rows(const Tensor& table, const Tensor& ids);  // I32 [ids.numel(), C]
+Tensor gather_rows(const Tensor& table, const Tensor& ids);  // [ids.numel(), C] of the table's dtype (I32, F32)
 void scatter(const Tensor& values, const Tensor& index, const Tensor& out);
 // KV cache writes (see Backend::kv_write / forget_positions).
 void kv_write(const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& keys, const Tensor& values,
@@ -57,5 +57,16 @@ void forget_positions(const Tensor& slot_pos, int64_t n);
 std::unique_ptr<DeviceGraph> record(Device device, const std::function<void()>& work);
 // Columns side by side: [T, A] ++ [T, B] -> [T, A+B]
 Tensor concat_cols(const Tensor& a, const Tensor& b);
+
+// Sampling on the device (see Backend::logsumexp / mask_tokens / penalize).
+Tensor logsumexp(const Tensor& a, float scale = 1.0f);  // F32 [rows]
+void mask_tokens(const Tensor& row, const std::vector<uint64_t>& allowed);  // in place; allowed: 64-bit mask words
+// In place on one row: the penalties for distinct `ids` seen `counts` times.
+void penalize(const Tensor& row, const std::vector<int32_t>& ids, const std::vector<int32_t>& counts, float repeat,
+              float presence, float frequency);
+
+// Test-only fault injection: when VATIC_FAIL_DEVICE_AFTER=N is set (read once), every operation dispatched here
+// after the first N throws DeviceError, as a failing GPU would; the runner's recovery path is tested with it.
+void count_dispatch();
 
 }  // namespace vatic::ops

@@ -62,20 +62,37 @@ double Sampler::uniform() {
   return static_cast<double>(r >> 11) * (1.0 / 9007199254740992.0);
 }
 
-void Sampler::penalize(std::vector<float>& logits, const std::vector<int32_t>& extra) const {
+void Sampler::penalty_counts(const std::vector<int32_t>& extra, std::vector<int32_t>* ids,
+                             std::vector<int32_t>* counts) const {
+  ids->clear();
+  counts->clear();
   if (!opt_.has_penalties()) return;
-  std::unordered_map<int32_t, int> counts;
+  std::unordered_map<int32_t, int> index;
   // The last `window_` tokens of history + extra.
   std::vector<int32_t> recent(history_.begin(), history_.end());
   recent.insert(recent.end(), extra.begin(), extra.end());
   size_t start = recent.size() > static_cast<size_t>(window_) ? recent.size() - window_ : 0;
-  for (size_t i = start; i < recent.size(); i++) counts[recent[i]]++;
-  for (auto [tok, n] : counts) {
+  for (size_t i = start; i < recent.size(); i++) {
+    auto [it, fresh] = index.emplace(recent[i], static_cast<int>(ids->size()));
+    if (fresh) {
+      ids->push_back(recent[i]);
+      counts->push_back(0);
+    }
+    (*counts)[it->second]++;
+  }
+}
+
+void Sampler::penalize(std::vector<float>& logits, const std::vector<int32_t>& extra) const {
+  if (!opt_.has_penalties()) return;
+  std::vector<int32_t> ids, counts;
+  penalty_counts(extra, &ids, &counts);
+  for (size_t j = 0; j < ids.size(); j++) {
+    const int32_t tok = ids[j];
     if (tok < 0 || tok >= vocab_) continue;
     float& l = logits[tok];
     if (opt_.repeat_penalty != 1.0f) l = l < 0 ? l * opt_.repeat_penalty : l / opt_.repeat_penalty;
     l -= opt_.presence_penalty;
-    l -= opt_.frequency_penalty * static_cast<float>(n);
+    l -= opt_.frequency_penalty * static_cast<float>(counts[j]);
   }
 }
 
@@ -127,44 +144,108 @@ Distribution Sampler::distribution(const float* raw, const std::vector<int32_t>&
     d.probs = {1.0f};
     return d;
   }
-  // Candidates: the top-k (or every token that can be drawn). Sorting is only needed for top-p.
+  // Candidates: the top-k (or every token that can be drawn).
   auto by_logit = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
   std::vector<int32_t> ids;
   ids.reserve(static_cast<size_t>(vocab_));
   for (int32_t i = 0; i < vocab_; i++)
     if (std::isfinite(l[i])) ids.push_back(i);  // -inf: masked (e.g. outside a drafter's centroid set)
   VATIC_CHECK(!ids.empty(), "sampling from logits that are all -inf");
-  const bool nucleus = opt_.top_p > 0 && opt_.top_p < 1;
   if (opt_.top_k > 0 && opt_.top_k < static_cast<int64_t>(ids.size())) {
     std::nth_element(ids.begin(), ids.begin() + opt_.top_k - 1, ids.end(), by_logit);
     ids.resize(opt_.top_k);
   }
-  if (nucleus) std::sort(ids.begin(), ids.end(), by_logit);
-  double mx = -std::numeric_limits<double>::infinity();
-  for (int32_t i : ids) mx = std::max(mx, static_cast<double>(l[i]));
-  std::vector<double> p(ids.size());
-  double sum = 0;
-  for (size_t i = 0; i < ids.size(); i++) {
-    p[i] = std::exp((static_cast<double>(l[ids[i]]) - mx) / opt_.temperature);
-    sum += p[i];
+  return *finish(std::move(ids), l.data(), true, std::numeric_limits<double>::quiet_NaN());
+}
+
+std::optional<Distribution> Sampler::distribution_from_candidates(const std::vector<int32_t>& ids,
+                                                                  const std::vector<float>& logits,
+                                                                  double log_norm) const {
+  VATIC_CHECK(!opt_.greedy() && ids.size() == logits.size(), "sampling candidates: {} ids, {} logits", ids.size(),
+              logits.size());
+  if (ids.empty()) return std::nullopt;
+  std::vector<int32_t> pos(ids.size());
+  std::iota(pos.begin(), pos.end(), 0);
+  // finish() reads logits by position here; the ids are mapped back at the end.
+  std::optional<Distribution> d =
+      finish(std::move(pos), logits.data(), false, opt_.top_k > 0 ? std::nan("") : log_norm);
+  if (!d) return d;
+  for (auto& i : d->ids) i = ids[static_cast<size_t>(i)];
+  // The full-row order (see finish): by id unless nucleus sampling sorted it by logit.
+  const bool nucleus = opt_.top_p > 0 && opt_.top_p < 1;
+  if (!nucleus && d->ids.size() > 1) {
+    std::vector<size_t> o(d->ids.size());
+    std::iota(o.begin(), o.end(), 0);
+    std::sort(o.begin(), o.end(), [&](size_t a, size_t b) { return d->ids[a] < d->ids[b]; });
+    Distribution r;
+    for (size_t i : o) {
+      r.ids.push_back(d->ids[i]);
+      r.probs.push_back(d->probs[i]);
+    }
+    return r;
   }
-  for (auto& v : p) v /= sum;
+  return d;
+}
+
+std::optional<Distribution> Sampler::finish(std::vector<int32_t> ids, const float* l, bool indexed_by_id,
+                                            double log_norm) const {
+  // indexed_by_id: l[id] over the whole vocabulary; else ids are positions into the candidates' logits, which are
+  // sorted by logit already (ties by id), so position order is logit order.
+  const bool nucleus = opt_.top_p > 0 && opt_.top_p < 1;
+  const bool partial = !std::isnan(log_norm);
+  auto by_logit = [&](int32_t a, int32_t b) { return l[a] > l[b] || (l[a] == l[b] && a < b); };
+  // The order of the drawn distribution: by logit for top-p, else by id (both paths alike, so that one seed draws
+  // one token whichever path built the distribution).
+  if (indexed_by_id) {
+    if (nucleus) {
+      std::sort(ids.begin(), ids.end(), by_logit);
+    } else if (!std::is_sorted(ids.begin(), ids.end())) {
+      std::sort(ids.begin(), ids.end());
+    }
+  }
+  std::vector<double> p(ids.size());
+  if (partial) {
+    for (size_t i = 0; i < ids.size(); i++)
+      p[i] = std::exp(static_cast<double>(l[ids[i]]) / opt_.temperature - log_norm);
+  } else {
+    double mx = -std::numeric_limits<double>::infinity();
+    for (int32_t i : ids) mx = std::max(mx, static_cast<double>(l[i]));
+    double sum = 0;
+    for (size_t i = 0; i < ids.size(); i++) {
+      p[i] = std::exp((static_cast<double>(l[ids[i]]) - mx) / opt_.temperature);
+      sum += p[i];
+    }
+    for (auto& v : p) v /= sum;
+  }
   std::vector<char> keep(ids.size(), 1);
+  double cum = 0;
   if (nucleus) {
     // Sorted descending: keep a token while the mass before it is below top_p (the crossing token stays).
-    double cum = 0;
     for (size_t i = 0; i < ids.size(); i++) {
       if (cum >= opt_.top_p) keep[i] = 0;
       cum += p[i];
     }
   }
+  double best = 0;
   if (opt_.min_p > 0) {
-    double best = 0;
     for (size_t i = 0; i < ids.size(); i++)
       if (keep[i]) best = std::max(best, p[i]);
     for (size_t i = 0; i < ids.size(); i++)
       if (p[i] < opt_.min_p * best) keep[i] = 0;
   }
+  if (partial) {
+    // The last entry is a witness: the best token outside the candidates. The kept tokens are a prefix in logit
+    // order, so when the witness is provably dropped (the nucleus closed before it, or min_p cuts it) so is every
+    // token after it. The margin keeps rounding (the normaliser comes from the device in F32) from deciding.
+    constexpr double kMargin = 1e-4;
+    VATIC_CHECK(ids.size() >= 2, "sampling candidates without a witness");
+    const double before = cum - p.back();
+    const bool closed = nucleus && before >= opt_.top_p + kMargin;
+    const bool cut = opt_.min_p > 0 && p.back() < opt_.min_p * best * (1 - kMargin);
+    if (!closed && !cut) return std::nullopt;
+    keep.back() = 0;
+  }
+  Distribution d;
   double total = 0;
   for (size_t i = 0; i < ids.size(); i++)
     if (keep[i]) total += p[i];

@@ -59,6 +59,17 @@ class Sampler {
   // mask) restricts it to those tokens: the distribution is renormalised over them, greedy picks the best of them.
   Distribution distribution(const float* logits, const std::vector<int32_t>& extra = {},
                             const uint64_t* allowed = nullptr) const;
+  // The same distribution from candidates instead of the whole row, for logits that live on a device.
+  // `ids` / `logits`: the row's best tokens after the penalties and the mask, sorted by logit descending (ties:
+  // lower id first), -inf ones left out. With top_k > 0 they must be the top_k best (or every finite token), and
+  // log_norm is ignored. With top_k = 0 they are every finite token (log_norm NaN), or the best K + 1 with
+  // `log_norm` = log Σ_i exp(l_i / T) over the whole row: the K + 1-th is a witness for the rest of the row, and the
+  // result is returned only when it provably leaves the witness out (the nucleus closes within the first K, or
+  // min_p cuts the witness); otherwise nullopt, and the caller must use the whole row. Not for greedy options.
+  std::optional<Distribution> distribution_from_candidates(const std::vector<int32_t>& ids,
+                                                           const std::vector<float>& logits, double log_norm) const;
+  // The penalty history for one distribution: each distinct recent token (history then `extra`) and its count.
+  void penalty_counts(const std::vector<int32_t>& extra, std::vector<int32_t>* ids, std::vector<int32_t>* counts) const;
   int32_t sample(const Distribution& d);
   // Draws in [0, 1) from the sampler's stream.
   double uniform();
@@ -69,6 +80,11 @@ class Sampler {
 
  private:
   void penalize(std::vector<float>& logits, const std::vector<int32_t>& extra) const;
+  // softmax(l / T) over the candidates (sorted by logit when nucleus sampling), then top-p, min-p, renormalise.
+  // log_norm: NaN = normalise over the candidates; else the whole row's log Σ exp(l / T), and the candidates are its
+  // best tokens (nullopt when they cannot prove the result).
+  std::optional<Distribution> finish(std::vector<int32_t> ids, const float* l, bool indexed_by_id,
+                                     double log_norm) const;
 
   SamplerOptions opt_;
   int64_t vocab_;

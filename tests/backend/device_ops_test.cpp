@@ -571,6 +571,88 @@ TEST(DeviceOps, RecordedGraphsReplayWithNewInputs) {
   EXPECT_FALSE(ran);
 }
 
+TEST(SamplingOps, CpuLogsumexpMaskPenalizeAndFloatGather) {
+  Tensor a = Tensor::from_floats({1, 2, 3, -INFINITY, -INFINITY, -INFINITY}, {2, 3});
+  Tensor out = Tensor::empty({2}, DType::F32);
+  cpu_backend().logsumexp(a, 0.5f, out);
+  EXPECT_NEAR(out.data<float>()[0], std::log(std::exp(0.5) + std::exp(1.0) + std::exp(1.5)), 1e-6);
+  EXPECT_EQ(out.data<float>()[1], -INFINITY);
+  Tensor row = Tensor::from_floats({1, 2, 3, 4, 5}, {5});
+  ops::mask_tokens(row, {0b10110});
+  EXPECT_EQ(ops::to_vector(row), (std::vector<float>{-INFINITY, 2, 3, -INFINITY, 5}));
+  Tensor p = Tensor::from_floats({2, -2, 3, 4}, {4});
+  ops::penalize(p, {0, 1, 9, 3}, {1, 2, 1, 3}, 2.0f, 0.5f, 0.25f);
+  EXPECT_EQ(ops::to_vector(p), (std::vector<float>{1 - 0.5f - 0.25f, -4 - 0.5f - 0.5f, 3, 2 - 0.5f - 0.75f}));
+  Tensor g = ops::gather_rows(Tensor::from_floats({7, 8, 9}, {3, 1}), Tensor::from_ints({2, 0}, {2}));
+  EXPECT_EQ(g.dtype(), DType::F32);
+  EXPECT_EQ(ops::to_vector(g), (std::vector<float>{9, 7}));
+}
+
+TEST(DeviceOps, SamplingOps) {
+  FOR_EACH_DEVICE([](Device dev) {
+    Backend& cpu = cpu_backend();
+    Backend& be = backend_for(dev);
+    // Top-k of the sampler's sizes over a vocabulary, with ties and -inf (masked) columns.
+    for (int64_t N : {300, 2049, 262144}) {
+      Tensor t = random_host({3, N});
+      for (int64_t i = 0; i < N; i += 3) t.data<float>()[i] = 0.25f;
+      for (int64_t i = 1; i < N; i += 7) t.data<float>()[i] = -INFINITY;
+      for (int k : {17, 40, 64, 256, 1000}) {
+        if (k > N) continue;
+        SCOPED_TRACE(fmt::format("N={} k={}", N, k));
+        Tensor wv = Tensor::empty({3, k}, DType::F32), wi = Tensor::empty({3, k}, DType::I32);
+        cpu.topk(t, k, wv, wi);
+        Tensor gv = be.empty({3, k}, DType::F32), gi = be.empty({3, k}, DType::I32);
+        be.topk(on(dev, t), k, gv, gi);
+        expect_close(gv, wv, 0, "topk values");
+        expect_close(gi, wi, 0, "topk indices");
+      }
+    }
+    // A row with fewer finite values than k: the -inf ones follow in index order.
+    {
+      Tensor t = Tensor::empty({1, 5000}, DType::F32);
+      for (int64_t i = 0; i < 5000; i++) t.data<float>()[i] = i % 100 == 0 ? float(i) : -INFINITY;
+      Tensor wv = Tensor::empty({1, 100}, DType::F32), wi = Tensor::empty({1, 100}, DType::I32);
+      cpu.topk(t, 100, wv, wi);
+      Tensor gv = be.empty({1, 100}, DType::F32), gi = be.empty({1, 100}, DType::I32);
+      be.topk(on(dev, t), 100, gv, gi);
+      expect_close(gv, wv, 0, "topk values (-inf)");
+      expect_close(gi, wi, 0, "topk indices (-inf)");
+    }
+    // logsumexp at several temperatures, and an all -inf row.
+    Tensor x = random_host({4, 262144}, DType::F32, 3.0f);
+    for (int64_t i = 0; i < 262144; i++) x.data<float>()[3 * 262144 + i] = -INFINITY;
+    for (float scale : {1.0f, 1.0f / 0.7f, 1.0f / 1.5f}) {
+      Tensor want = Tensor::empty({4}, DType::F32), got = be.empty({4}, DType::F32);
+      cpu.logsumexp(x, scale, want);
+      be.logsumexp(on(dev, x), scale, got);
+      expect_close(got, want, 2e-6, "logsumexp");
+    }
+    // Mask and penalties in place on a row; a value gather of single logits.
+    const int64_t V = 262144 + 37;
+    Tensor row = random_host({V});
+    std::vector<uint64_t> bits((V + 63) / 64);
+    for (auto& w : bits) w = (uint64_t(rng()()) << 32) | rng()();
+    Tensor want = ops::to_device(row, Device::CPU), got = on(dev, row);
+    want = ops::contiguous(ops::scale(want, 1.0f));  // a copy
+    ops::mask_tokens(want, bits);
+    ops::mask_tokens(got, bits);
+    expect_close(got, want, 0, "mask_tokens");
+    std::vector<int32_t> ids = {0, 5, 77, 262144, 262180, -3, int32_t(V + 5)}, counts = {1, 3, 2, 7, 1, 1, 1};
+    for (int i = 0; i < 200; i++) {
+      ids.push_back(1000 + i * 131);
+      counts.push_back(1 + i % 5);
+    }
+    Tensor pw = random_host({V}), pg = on(dev, pw);
+    ops::penalize(pw, ids, counts, 1.3f, 0.37f, 0.113f);
+    ops::penalize(pg, ids, counts, 1.3f, 0.37f, 0.113f);
+    expect_close(pg, pw, 0, "penalize");
+    Tensor idx = Tensor::from_ints({5, 262144, 0, 77}, {4});
+    expect_close(ops::gather_rows(on(dev, pw.reshape({V, 1})), on(dev, idx)), ops::gather_rows(pw.reshape({V, 1}), idx),
+                 0, "gather_rows F32");
+  });
+}
+
 TEST(DeviceOps, OpsRefuseInputsOnDifferentDevices) {
   FOR_EACH_DEVICE([](Device dev) {
     Tensor a = on(dev, random_host({2, 3})), b = random_host({2, 3});

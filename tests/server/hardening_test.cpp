@@ -624,6 +624,43 @@ TEST(HardeningFaults, QueuedRequestsGoToAFreshRunnerAfterACrash) {
   EXPECT_NE(pid2, pid);
 }
 
+TEST(HardeningFaults, ADeviceFailureEndsTheRequestAndAFreshRunnerServesTheNext) {
+  // Every runner's device fails after this many operations: far more than loading the tiny model and a short
+  // request take, far fewer than an endless generation.
+  ServerProcess s(Env{{"VATIC_KEEP_ALIVE", "5m"}, {"VATIC_FAIL_DEVICE_AFTER", "20000"}});
+  auto post = [&](const json& body) { return s.client(120).Post("/api/generate", body.dump(), "application/json"); };
+  auto runner_pid = [&] {
+    int pid = 0;
+    const json ps = json::parse(s.client().Get("/api/ps")->body);
+    for (const auto& m : ps["models"]) pid = m["runner"]["pid"];
+    return pid;
+  };
+  json small = {{"model", "tiny"}, {"prompt", "hello"}, {"stream", false}, {"options", {{"num_predict", 3}}}};
+  ASSERT_EQ(post(small)->status, 200) << s.log();
+  const int pid = runner_pid();
+  ASSERT_GT(pid, 0);
+  // Streamed: the failure arrives as the last line, naming the device failure.
+  auto r = post(json{{"model", "tiny"}, {"prompt", "long"}, {"options", {{"num_predict", 100000}, {"ignore_eos", true}}}});
+  ASSERT_TRUE(r);
+  auto lines = ndjson(r->body);
+  // Tokens were streamed before the failure: it happened in the middle of generation.
+  ASSERT_GT(lines.size(), 20u) << r->body;
+  ASSERT_TRUE(lines.back().contains("error")) << lines.back().dump();
+  const std::string e = lines.back()["error"];
+  EXPECT_NE(e.find("the device failed"), std::string::npos) << e;
+  EXPECT_NE(e.find("VATIC_FAIL_DEVICE_AFTER"), std::string::npos) << e;
+  // The runner exits; the next request is served by a fresh one.
+  for (int i = 0; i < 100 && ::kill(pid, 0) == 0; i++) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  auto next = post(small);
+  ASSERT_TRUE(next);
+  EXPECT_EQ(next->status, 200) << next->body << s.log();
+  EXPECT_GT(json::parse(next->body)["eval_count"].get<int>(), 0) << next->body;
+  const int pid2 = runner_pid();
+  EXPECT_GT(pid2, 0);
+  EXPECT_NE(pid2, pid);
+  EXPECT_NE(s.log().find("device failure"), std::string::npos) << s.log();
+}
+
 TEST(HardeningFaults, RemovedModelsDoNotKeepServingAndOrphanBlobsGo) {
   // Own store: a copy of one fixture model.
   char tmpl[] = "/tmp/vatic-rm-test-XXXXXX";

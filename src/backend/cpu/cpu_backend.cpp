@@ -666,8 +666,9 @@ class CpuBackend final : public Backend {
 
   void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override {
     const int64_t R = table.dim(0), C = table.dim(1), n = ids.numel();
-    VATIC_CHECK(table.dtype() == DType::I32 && ids.dtype() == DType::I32 && out.dtype() == DType::I32 &&
-                    table.is_contiguous() && out.dim(0) == n && out.dim(1) == C && out.is_contiguous(),
+    VATIC_CHECK((table.dtype() == DType::I32 || table.dtype() == DType::F32) && ids.dtype() == DType::I32 &&
+                    out.dtype() == table.dtype() && table.is_contiguous() && out.dim(0) == n && out.dim(1) == C &&
+                    out.is_contiguous(),
                 "gather_rows: table {} ids {} out {}", table.describe(), ids.describe(), out.describe());
     for (int64_t i = 0; i < n; i++) {
       const int32_t r = ids.data<int32_t>()[i];
@@ -793,6 +794,53 @@ class CpuBackend final : public Backend {
     int32_t* p = slot_pos.data<int32_t>();
     for (int64_t s = 0; s < slot_pos.numel(); s++)
       if (p[s] >= n) p[s] = -1;
+  }
+
+  void logsumexp(const Tensor& a, float scale, const Tensor& out) override {
+    const int64_t N = a.dim(-1), R = a.numel() / std::max<int64_t>(N, 1);
+    VATIC_CHECK(a.dtype() == DType::F32 && a.is_contiguous() && out.dtype() == DType::F32 && out.numel() == R &&
+                    out.is_contiguous() && scale > 0,
+                "logsumexp: a {} scale {} out {}", a.describe(), scale, out.describe());
+    for (int64_t r = 0; r < R; r++) {
+      const float* x = a.data<float>() + r * N;
+      double mx = -std::numeric_limits<double>::infinity();
+      for (int64_t i = 0; i < N; i++) mx = std::max(mx, static_cast<double>(x[i]));
+      if (!std::isfinite(mx)) {
+        out.data<float>()[r] = static_cast<float>(mx);
+        continue;
+      }
+      double sum = 0;
+      for (int64_t i = 0; i < N; i++) sum += std::exp(scale * (static_cast<double>(x[i]) - mx));
+      out.data<float>()[r] = static_cast<float>(scale * mx + std::log(sum));
+    }
+  }
+
+  void mask_tokens(const Tensor& x, const Tensor& bits) override {
+    const int64_t N = x.numel();
+    VATIC_CHECK(x.dtype() == DType::F32 && x.is_contiguous() && bits.dtype() == DType::I32 && bits.is_contiguous() &&
+                    bits.numel() * 32 >= N,
+                "mask_tokens: x {} bits {}", x.describe(), bits.describe());
+    const uint32_t* w = reinterpret_cast<const uint32_t*>(bits.data<int32_t>());
+    float* v = x.data<float>();
+    for (int64_t i = 0; i < N; i++)
+      if (!((w[i >> 5] >> (i & 31)) & 1u)) v[i] = -std::numeric_limits<float>::infinity();
+  }
+
+  void penalize(const Tensor& x, const Tensor& ids, const Tensor& counts, float repeat, float presence,
+                float frequency) override {
+    const int64_t N = x.numel(), n = ids.numel();
+    VATIC_CHECK(x.dtype() == DType::F32 && x.is_contiguous() && ids.dtype() == DType::I32 && ids.is_contiguous() &&
+                    counts.dtype() == DType::I32 && counts.is_contiguous() && counts.numel() == n,
+                "penalize: x {} ids {} counts {}", x.describe(), ids.describe(), counts.describe());
+    float* v = x.data<float>();
+    for (int64_t j = 0; j < n; j++) {
+      const int32_t t = ids.data<int32_t>()[j];
+      if (t < 0 || t >= N) continue;
+      float& l = v[t];
+      if (repeat != 1.0f) l = l < 0 ? l * repeat : l / repeat;
+      l -= presence;
+      l -= frequency * static_cast<float>(counts.data<int32_t>()[j]);
+    }
   }
 };
 

@@ -560,6 +560,15 @@ class CudaBackend final : public Backend {
     const int64_t N = a.dim(-1), R = a.numel() / std::max<int64_t>(N, 1);
     VATIC_CHECK(k > 0 && k <= N, "topk: k={} for rows of {}", k, N);
     bind();
+    if (k > 16 && k <= cuda::kMaxChunkedTopk && N > k) {
+      // The sampler's candidates: k sequential passes over a vocabulary would cost k row reads.
+      const int64_t n = 2 * cuda::topk_chunked_scratch(R, N, k);
+      Tensor sv = empty({n}, DType::F32), si = empty({n}, DType::I32);
+      cuda::topk_chunked(a.data<float>(), R, N, k, values.data<float>(), indices.data<int32_t>(), sv.data<float>(),
+                         si.data<int32_t>(), stream_);
+      check_launch("topk");
+      return;
+    }
     const size_t scratch_floats = cuda::topk_scratch_floats(R, N, k);
     Tensor scratch;
     if (scratch_floats) scratch = empty({static_cast<int64_t>(scratch_floats)}, DType::F32);
@@ -587,11 +596,12 @@ class CudaBackend final : public Backend {
   void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override {
     Timed timed_(*this, "gather_rows");
     const int64_t R = table.dim(0), C = table.dim(1), n = ids.numel();
-    VATIC_CHECK(table.dtype() == DType::I32 && ids.dtype() == DType::I32 && out.dtype() == DType::I32 &&
-                    table.is_contiguous() && ids.is_contiguous() && out.dim(0) == n && out.dim(1) == C &&
-                    out.is_contiguous(),
+    VATIC_CHECK((table.dtype() == DType::I32 || table.dtype() == DType::F32) && ids.dtype() == DType::I32 &&
+                    out.dtype() == table.dtype() && table.is_contiguous() && ids.is_contiguous() && out.dim(0) == n &&
+                    out.dim(1) == C && out.is_contiguous(),
                 "gather_rows: table {} ids {} out {}", table.describe(), ids.describe(), out.describe());
     bind();
+    // An F32 table moves as the same 32-bit words.
     cuda::gather_rows(table.data<int32_t>(), R, C, ids.data<int32_t>(), n, out.data<int32_t>(), flag_dev_, stream_);
     check_launch("gather_rows");
   }
@@ -701,6 +711,40 @@ class CudaBackend final : public Backend {
     cudaGraphDestroy(graph);
     if (e != cudaSuccess) cuda_fail(e, "cudaGraphInstantiate");
     return g;
+  }
+
+  void logsumexp(const Tensor& a, float scale, const Tensor& out) override {
+    Timed timed_(*this, "logsumexp");
+    check_f32_contiguous(a, "logsumexp");
+    const int64_t N = a.dim(-1), R = a.numel() / std::max<int64_t>(N, 1);
+    VATIC_CHECK(out.dtype() == DType::F32 && out.is_contiguous() && out.numel() == R && scale > 0,
+                "logsumexp: a {} scale {} out {}", a.describe(), scale, out.describe());
+    bind();
+    cuda::logsumexp(a.data<float>(), R, N, scale, out.data<float>(), stream_);
+    check_launch("logsumexp");
+  }
+
+  void mask_tokens(const Tensor& x, const Tensor& bits) override {
+    Timed timed_(*this, "mask_tokens");
+    check_f32_contiguous(x, "mask_tokens");
+    VATIC_CHECK(bits.dtype() == DType::I32 && bits.is_contiguous() && bits.numel() * 32 >= x.numel(),
+                "mask_tokens: x {} bits {}", x.describe(), bits.describe());
+    bind();
+    cuda::mask_tokens(x.data<float>(), x.numel(), reinterpret_cast<const uint32_t*>(bits.data<int32_t>()), stream_);
+    check_launch("mask_tokens");
+  }
+
+  void penalize(const Tensor& x, const Tensor& ids, const Tensor& counts, float repeat, float presence,
+                float frequency) override {
+    Timed timed_(*this, "penalize");
+    check_f32_contiguous(x, "penalize");
+    VATIC_CHECK(ids.dtype() == DType::I32 && ids.is_contiguous() && counts.dtype() == DType::I32 &&
+                    counts.is_contiguous() && counts.numel() == ids.numel(),
+                "penalize: x {} ids {} counts {}", x.describe(), ids.describe(), counts.describe());
+    bind();
+    cuda::penalize(x.data<float>(), x.numel(), ids.data<int32_t>(), counts.data<int32_t>(), ids.numel(), repeat,
+                   presence, frequency, stream_);
+    check_launch("penalize");
   }
 
  private:

@@ -3,6 +3,7 @@
 #include <cuda_fp16.h>
 
 #include <cfloat>
+#include <climits>
 #include <cstdint>
 
 #include "backend/cuda/kernels.h"
@@ -1179,6 +1180,134 @@ void kv_write(const KvWriteArgs& a, cudaStream_t s) {
 void forget_positions(int32_t* slot_pos, int64_t C, int64_t n, cudaStream_t s) {
   if (C == 0) return;
   forget_positions_kernel<<<blocks_for(C), kThreads, 0, s>>>(slot_pos, C, n);
+}
+
+// ---- Sampling on the device ----
+
+__global__ void logsumexp_kernel(const float* a, int64_t N, float scale, float* out) {
+  __shared__ float scratch[32];
+  const float* x = a + blockIdx.x * N;
+  float mx = -INFINITY;
+  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) mx = fmaxf(mx, x[i]);
+  mx = block_max(mx, scratch);
+  if (mx == -INFINITY) {  // uniform across the block
+    if (threadIdx.x == 0) out[blockIdx.x] = -INFINITY;
+    return;
+  }
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) sum += expf(scale * (x[i] - mx));
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = scale * mx + logf(sum);
+}
+
+__global__ void mask_tokens_kernel(float* x, int64_t N, const uint32_t* bits) {
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    if (!((bits[i >> 5] >> (i & 31)) & 1u)) x[i] = -INFINITY;
+}
+
+// One thread per (distinct) id. The explicit _rn intrinsics keep the host sampler's rounding (no fused multiply-add).
+__global__ void penalize_kernel(float* x, int64_t N, const int32_t* ids, const int32_t* counts, int64_t n,
+                                float repeat, float presence, float frequency) {
+  for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
+       j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t t = ids[j];
+    if (t < 0 || t >= N) continue;
+    float l = x[t];
+    if (repeat != 1.0f) l = l < 0 ? __fmul_rn(l, repeat) : __fdiv_rn(l, repeat);
+    l = __fsub_rn(l, presence);
+    l = __fsub_rn(l, __fmul_rn(frequency, static_cast<float>(counts[j])));
+    x[t] = l;
+  }
+}
+
+// Sorts one chunk of (value, index) pairs of a row descending in shared memory (bitonic) and writes its best k.
+// in_i null: indices are the column numbers. Padding sorts last (-inf with the largest index).
+__global__ void __launch_bounds__(1024) topk_chunk_kernel(const float* in_v, const int32_t* in_i, int64_t L, int k,
+                                                         float* out_v, int32_t* out_i, int64_t chunks) {
+  __shared__ float sv[kTopkChunk];
+  __shared__ int32_t si[kTopkChunk];
+  const int64_t row = blockIdx.y, chunk = blockIdx.x, start = chunk * kTopkChunk;
+  const float* rv = in_v + row * L;
+  const int32_t* ri = in_i ? in_i + row * L : nullptr;
+  for (int t = threadIdx.x; t < kTopkChunk; t += blockDim.x) {
+    const int64_t c = start + t;
+    if (c < L) {
+      sv[t] = rv[c];
+      si[t] = ri ? ri[c] : static_cast<int32_t>(c);
+    } else {
+      sv[t] = -INFINITY;
+      si[t] = INT_MAX;
+    }
+  }
+  __syncthreads();
+  for (int size = 2; size <= kTopkChunk; size <<= 1) {
+    for (int stride = size >> 1; stride > 0; stride >>= 1) {
+      for (int t = threadIdx.x; t < kTopkChunk / 2; t += blockDim.x) {
+        const int i = 2 * stride * (t / stride) + (t % stride), j = i + stride;
+        const bool descending = (i & size) == 0;
+        const bool swap = descending ? better(sv[j], si[j], sv[i], si[i]) : better(sv[i], si[i], sv[j], si[j]);
+        if (swap) {
+          const float v = sv[i];
+          sv[i] = sv[j];
+          sv[j] = v;
+          const int32_t x = si[i];
+          si[i] = si[j];
+          si[j] = x;
+        }
+      }
+      __syncthreads();
+    }
+  }
+  float* ov = out_v + (row * chunks + chunk) * k;
+  int32_t* oi = out_i + (row * chunks + chunk) * k;
+  for (int t = threadIdx.x; t < k; t += blockDim.x) {
+    ov[t] = sv[t];
+    oi[t] = si[t];
+  }
+}
+
+void logsumexp(const float* a, int64_t rows, int64_t N, float scale, float* out, cudaStream_t s) {
+  if (rows == 0) return;
+  logsumexp_kernel<<<static_cast<unsigned>(rows), N >= 4096 ? 1024 : 256, 0, s>>>(a, N, scale, out);
+}
+void mask_tokens(float* x, int64_t N, const uint32_t* bits, cudaStream_t s) {
+  if (N == 0) return;
+  mask_tokens_kernel<<<blocks_for(N), kThreads, 0, s>>>(x, N, bits);
+}
+void penalize(float* x, int64_t N, const int32_t* ids, const int32_t* counts, int64_t n, float repeat,
+              float presence, float frequency, cudaStream_t s) {
+  if (n == 0) return;
+  penalize_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, N, ids, counts, n, repeat, presence, frequency);
+}
+
+int64_t topk_chunked_scratch(int64_t rows, int64_t N, int k) {
+  return rows * ((N + kTopkChunk - 1) / kTopkChunk) * k;
+}
+void topk_chunked(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, float* scratch_v,
+                  int32_t* scratch_i, cudaStream_t s) {
+  if (rows == 0) return;
+  // Each pass leaves ceil(L / chunk) * k <= L / 2 + chunk / 2 < L survivors per row (k <= chunk / 2).
+  const float* in_v = a;
+  const int32_t* in_i = nullptr;
+  int64_t L = N;
+  int buf = 0;
+  const int64_t half = topk_chunked_scratch(rows, N, k);
+  for (;;) {
+    const int64_t chunks = (L + kTopkChunk - 1) / kTopkChunk;
+    const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(rows));
+    if (chunks == 1) {
+      topk_chunk_kernel<<<grid, 1024, 0, s>>>(in_v, in_i, L, k, values, indices, 1);
+      return;
+    }
+    float* ov = scratch_v + buf * half;
+    int32_t* oi = scratch_i + buf * half;
+    topk_chunk_kernel<<<grid, 1024, 0, s>>>(in_v, in_i, L, k, ov, oi, chunks);
+    in_v = ov;
+    in_i = oi;
+    L = chunks * k;
+    buf ^= 1;
+  }
 }
 
 }  // namespace vatic::cuda

@@ -141,4 +141,18 @@ struct KvWriteArgs {
 void kv_write(const KvWriteArgs& a, cudaStream_t s);
 void forget_positions(int32_t* slot_pos, int64_t C, int64_t n, cudaStream_t s);
 
+// Sampling on the device (see Backend::logsumexp / mask_tokens / penalize).
+void logsumexp(const float* a, int64_t rows, int64_t N, float scale, float* out, cudaStream_t s);
+void mask_tokens(float* x, int64_t N, const uint32_t* bits, cudaStream_t s);
+void penalize(float* x, int64_t N, const int32_t* ids, const int32_t* counts, int64_t n, float repeat,
+              float presence, float frequency, cudaStream_t s);
+// Top-k for k up to kMaxChunkedTopk: each chunk of kTopkChunk columns is sorted in shared memory and keeps its best
+// k, and the survivors are reduced the same way until one chunk is left. Same order as topk (ties: lower index).
+// scratch_v / scratch_i: two buffers each of topk_chunked_scratch(rows, N, k) elements.
+constexpr int kTopkChunk = 2048;
+constexpr int kMaxChunkedTopk = kTopkChunk / 2;
+int64_t topk_chunked_scratch(int64_t rows, int64_t N, int k);
+void topk_chunked(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, float* scratch_v,
+                  int32_t* scratch_i, cudaStream_t s);
+
 }  // namespace vatic::cuda

@@ -778,13 +778,18 @@ class CpuBackend final : public Backend {
                     values.dim(0) == C && v.dim(0) == T,
                 "kv_write: k {} v {} positions {} into keys {} values {} slots {}", k.describe(), v.describe(),
                 positions.describe(), keys.describe(), values.describe(), slot_pos.describe());
-    for (int64_t t = 0; t < T; t++) {
-      const int32_t p = positions.data<int32_t>()[t];
-      VATIC_CHECK(p >= 0 && (ring || p < C), "kv_write: position {} outside a cache of {} slots", p, C);
-      const int64_t slot = ring ? p % C : p;
-      copy(k.slice(0, t, t + 1), keys.slice(0, slot, slot + 1));
-      copy(v.slice(0, t, t + 1), values.slice(0, slot, slot + 1));
-      slot_pos.data<int32_t>()[slot] = p;
+    const int32_t* pos = positions.data<int32_t>();
+    for (int64_t t = 0; t < T; t++)
+      VATIC_CHECK(pos[t] >= 0 && (ring || pos[t] < C), "kv_write: position {} outside a cache of {} slots", pos[t], C);
+    // Runs of consecutive positions that land in consecutive slots are copied at once (a ring wraps once per run).
+    for (int64_t t = 0; t < T;) {
+      const int64_t slot = ring ? pos[t] % C : pos[t];
+      int64_t n = 1;
+      while (t + n < T && pos[t + n] == pos[t] + n && slot + n < C) n++;
+      copy(k.slice(0, t, t + n), keys.slice(0, slot, slot + n));
+      copy(v.slice(0, t, t + n), values.slice(0, slot, slot + n));
+      for (int64_t i = 0; i < n; i++) slot_pos.data<int32_t>()[slot + i] = pos[t + i];
+      t += n;
     }
   }
 

@@ -322,7 +322,7 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
 // The decode GEMV: each warp computes R consecutive output rows for up to TT input rows, reading 16-byte chunks of
 // each weight row (8 bf16 values, or 4 words of 4/8-bit codes from one quantization group) so that every x value
 // loaded serves R rows. `parts` warps of a block (1, 2 or 4) split K when there are too few rows to fill the GPU.
-template <int TT, int R>
+template <int TT, int R, int BITS>
 __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restrict__ x, int64_t ldx, int T, Weight w,
                                                           int64_t N, int64_t K, float* y, int64_t ldy, bool accumulate,
                                                           int parts) {
@@ -331,7 +331,7 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
   const int group_warps = 4 / parts;
   const int part = warp % parts;
   const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * group_warps + warp / parts) * R;
-  const int vals = w.bits ? 128 / w.bits : 8;  // inputs per 16-byte chunk
+  constexpr int vals = BITS ? 128 / BITS : 8;  // inputs per 16-byte chunk
   const int64_t chunks = K / vals;
   const uint4* rowp[R];
 #pragma unroll
@@ -346,7 +346,7 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
     uint4 q[R];
 #pragma unroll
     for (int r = 0; r < R; r++) q[r] = rowp[r] ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
-    if (!w.bits) {
+    if constexpr (BITS == 0) {
       // Converted once, used for every input row.
       float wv[R][8];
 #pragma unroll
@@ -368,8 +368,7 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
           acc[r][t] += a.x * wv[r][0] + a.y * wv[r][1] + a.z * wv[r][2] + a.w * wv[r][3] + b.x * wv[r][4] +
                        b.y * wv[r][5] + b.z * wv[r][6] + b.w * wv[r][7];
       }
-      continue;
-    }
+    } else {
     // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. Word by word, its codes are
     // converted once (2^23 | q is the float 2^23 + q) and used for every input row.
     const int64_t g = c * vals / w.group;
@@ -386,7 +385,7 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
 #pragma unroll
       for (int r = 0; r < R; r++) dq[r][t] = 0.0f;
     }
-    const int per = 32 / w.bits;  // codes per word: 8 or 4
+    constexpr int per = 32 / BITS;  // codes per word: 8 or 4
 #pragma unroll
     for (int j = 0; j < 4; j++) {
       float code[R][8];
@@ -394,8 +393,8 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
       for (int r = 0; r < R; r++) {
         const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-          const uint32_t v = w.bits == 4 ? (word >> (4 * i)) & 15u : (word >> (8 * (i & 3))) & 255u;
+        for (int i = 0; i < per; i++) {
+          const uint32_t v = (word >> (BITS * i)) & ((1u << BITS) - 1u);
           code[r][i] = __uint_as_float(0x4B000000u | v) - 8388608.0f;
         }
       }
@@ -409,17 +408,15 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
         xv[1] = a.y;
         xv[2] = a.z;
         xv[3] = a.w;
-        if (w.bits == 4) {
+        if constexpr (BITS == 4) {
           const float4 b = *reinterpret_cast<const float4*>(xr + 4);
           xv[4] = b.x;
           xv[5] = b.y;
           xv[6] = b.z;
           xv[7] = b.w;
         }
-        const int n = w.bits == 4 ? 8 : 4;
 #pragma unroll
-        for (int i = 0; i < 8; i++) {
-          if (i >= n) break;
+        for (int i = 0; i < per; i++) {
           sx[t] += xv[i];
 #pragma unroll
           for (int r = 0; r < R; r++) dq[r][t] += xv[i] * code[r][i];
@@ -431,6 +428,7 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
       if (t >= T) break;
 #pragma unroll
       for (int r = 0; r < R; r++) acc[r][t] += sc[r] * dq[r][t] + bi[r] * sx[t];
+    }
     }
   }
 #pragma unroll
@@ -990,26 +988,34 @@ void fill(const View& dst, float value, cudaStream_t s) {
   fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, value, n);
 }
 
-template <int TT, int R>
+template <int TT, int R, int BITS>
 void launch_gemv_chunks(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y,
                         int64_t ldy, bool accumulate, cudaStream_t s) {
   // Enough warps to keep the memory system busy: split K over 2 or 4 warps when the rows alone give too few, as
   // long as each warp still reads a few chunks.
-  const int64_t vals = w.bits ? 128 / w.bits : 8, chunks = K / vals, row_groups = (N + R - 1) / R;
+  const int64_t vals = BITS ? 128 / BITS : 8, chunks = K / vals, row_groups = (N + R - 1) / R;
   int parts = 1;
   while (parts < 4 && row_groups * parts < 4096 && chunks / (32 * parts * 2) >= 2) parts *= 2;
   const int64_t blocks = (row_groups + (4 / parts) - 1) / (4 / parts);
-  gemv_chunks_kernel<TT, R><<<static_cast<unsigned>(blocks), 128, 0, s>>>(x, ldx, T, w, N, K, y, ldy, accumulate,
-                                                                          parts);
+  gemv_chunks_kernel<TT, R, BITS><<<static_cast<unsigned>(blocks), 128, 0, s>>>(x, ldx, T, w, N, K, y, ldy,
+                                                                                accumulate, parts);
+}
+
+template <int R, int BITS>
+void launch_gemv_chunks_t(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y,
+                          int64_t ldy, bool accumulate, cudaStream_t s) {
+  if (T == 1) return launch_gemv_chunks<1, R, BITS>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+  if (T == 2) return launch_gemv_chunks<2, R, BITS>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+  if (T <= 4) return launch_gemv_chunks<4, R, BITS>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+  launch_gemv_chunks<8, R, BITS>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
 }
 
 template <int R>
-void launch_gemv_chunks_t(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y,
-                          int64_t ldy, bool accumulate, cudaStream_t s) {
-  if (T == 1) return launch_gemv_chunks<1, R>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
-  if (T == 2) return launch_gemv_chunks<2, R>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
-  if (T <= 4) return launch_gemv_chunks<4, R>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
-  launch_gemv_chunks<8, R>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+void launch_gemv_chunks_bits(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y,
+                             int64_t ldy, bool accumulate, cudaStream_t s) {
+  if (w.bits == 4) return launch_gemv_chunks_t<R, 4>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+  if (w.bits == 8) return launch_gemv_chunks_t<R, 8>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+  launch_gemv_chunks_t<R, 0>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
 }
 
 // Whether the chunked GEMV can read `w`: bf16 or 4/8-bit rows of whole 16-byte chunks, 16-byte aligned, with each
@@ -1029,9 +1035,9 @@ void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_
   if (chunks_fit(x, ldx, w, K)) {
     // Four rows per warp share each x load; with more than 2 input rows, two keep the registers in bounds.
     if (N >= 4096 && T <= 2)
-      launch_gemv_chunks_t<4>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+      launch_gemv_chunks_bits<4>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
     else
-      launch_gemv_chunks_t<2>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+      launch_gemv_chunks_bits<2>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
     return;
   }
   // Fewer than ~16k rows leave most of the GPU idle at one warp per row: split each row's K over 4 warps.

@@ -22,21 +22,30 @@ void KvCache::reallocate(int64_t capacity) {
   be.fill(k, 0.0f);  // empty slots are masked out, but keep them finite
   be.fill(v, 0.0f);
   std::vector<int32_t> pos(capacity, -1);
+  Tensor slot_pos = ops::ids(pos, device_);
   const int64_t old_cap = capacity_;
   std::vector<int32_t> old_pos = pos_;
   Tensor old_k = keys_, old_v = values_;
   capacity_ = capacity;
-  for (int64_t s = 0; s < old_cap; s++) {
-    if (old_pos[s] < 0) continue;
-    int64_t d = slot_of(old_pos[s]);
-    be.copy(old_k.slice(0, s, s + 1), k.slice(0, d, d + 1));
-    be.copy(old_v.slice(0, s, s + 1), v.slice(0, d, d + 1));
-    pos[d] = old_pos[s];
+  // Each run of occupied slots moves with one write that places its entries by position under the new capacity
+  // (one or two runs for a full cache or a ring, not one copy per entry).
+  for (int64_t s = 0; s < old_cap;) {
+    if (old_pos[s] < 0) {
+      s++;
+      continue;
+    }
+    int64_t e = s + 1;
+    while (e < old_cap && old_pos[e] >= 0) e++;
+    ops::kv_write(old_k.slice(0, s, e), old_v.slice(0, s, e),
+                  ops::ids(std::vector<int32_t>(old_pos.begin() + s, old_pos.begin() + e), device_), k, v, slot_pos,
+                  ring());
+    for (int64_t i = s; i < e; i++) pos[slot_of(old_pos[i])] = old_pos[i];
+    s = e;
   }
   keys_ = k;
   values_ = v;
   pos_ = std::move(pos);
-  slot_pos_ = ops::ids(pos_, device_);
+  slot_pos_ = slot_pos;
   generation_ = next_generation++;
 }
 
@@ -89,14 +98,9 @@ void KvCache::restore(const KvSnapshot& s) {
   length_ = s.positions.front();
   if (capacity_ < n) reallocate(std::max<int64_t>(n, 16));
   reserve_for(n);
-  Backend& be = backend_for(device_);
-  for (int64_t i = 0; i < n; i++) {
-    int64_t slot = slot_of(s.positions[i]);
-    be.copy(s.keys.slice(0, i, i + 1), keys_.slice(0, slot, slot + 1));
-    be.copy(s.values.slice(0, i, i + 1), values_.slice(0, slot, slot + 1));
-    pos_[slot] = s.positions[i];
-  }
-  ops::copy_into(ops::ids(pos_, device_), slot_pos_);
+  // One write places every entry by its position (and marks its slot on the device).
+  ops::kv_write(s.keys, s.values, ops::ids(s.positions, device_), keys_, values_, slot_pos_, ring());
+  for (int64_t i = 0; i < n; i++) pos_[slot_of(s.positions[i])] = s.positions[i];
   length_ = s.length;
 }
 

@@ -134,7 +134,7 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
   auto advance = [&](int32_t tok) {
     if (matcher) VATIC_CHECK(matcher->accept(tok), "token {} is outside the grammar", tok);
   };
-  int32_t next = argmax_only ? argmax_rows(r.logits)[0] : sampler.sample(rows.distribution(r.logits, 0, {}, mask_at(0)));
+  int32_t next = argmax_only ? argmax_rows(r.logits)[0] : rows.sample(rows.row_distribution(r.logits, 0, {}, mask_at(0)));
   advance(next);
 
   DepthController* depth = depth_;
@@ -204,7 +204,7 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       if (argmax_only) {
         next = argmax_rows(s.logits)[0];
       } else {
-        next = sampler.sample(rows.distribution(s.logits, 0, {}, mask_at(0)));
+        next = rows.sample(rows.row_distribution(s.logits, 0, {}, mask_at(0)));
         next_logits = s.logits;
         next_row = 0;
       }
@@ -215,20 +215,20 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     // Draft k tokens from (next, hidden).
     const int64_t base = state.length();
     std::vector<int32_t> chain;
-    std::vector<Distribution> q;
+    std::vector<RowDistribution> q;
     drafter_->draft(state, next, hidden, k, [&](const Tensor& dl) {
       if (argmax_only) {
         const int32_t t = argmax_rows(dl)[0];
         chain.push_back(t);
-        q.push_back(Distribution{{t}, {1.0f}});
+        q.push_back(RowDistribution{Distribution{{t}, {1.0f}}, {}, 0, {}});
         return t;
       }
       std::vector<int32_t> hist(chain.begin(), chain.end());
       hist.insert(hist.begin(), next);
       // Drafts come from the allowed tokens too, so a draft never leaves the grammar; the same mask is the
       // verification mask of this position.
-      Distribution d = rows.distribution(dl, 0, hist, mask_at(chain.size()));
-      int32_t t = sampler.options().greedy() ? d.ids[0] : sampler.sample(d);
+      RowDistribution d = rows.row_distribution(dl, 0, hist, mask_at(chain.size()));
+      int32_t t = sampler.options().greedy() ? d.dist.ids[0] : rows.sample(d);
       advance(t);
       chain.push_back(t);
       q.push_back(std::move(d));
@@ -245,16 +245,19 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     int32_t follow = -1;
     std::vector<int32_t> hist = {next};
     for (int i = 0; i <= k; i++) {
-      Distribution p = argmax_only ? Distribution{{best[static_cast<size_t>(i)]}, {1.0f}}
-                                   : rows.distribution(vr.logits, i, hist, matcher ? masks[i].data() : nullptr);
+      RowDistribution p;
+      if (argmax_only)
+        p.dist = Distribution{{best[static_cast<size_t>(i)]}, {1.0f}};
+      else
+        p = rows.row_distribution(vr.logits, i, hist, matcher ? masks[i].data() : nullptr);
       if (i == k) {
-        follow = sampler.sample(p);  // bonus token
+        follow = rows.sample(p);  // bonus token
         break;
       }
       const int32_t d = chain[i];
-      bool ok = sampler.options().greedy() ? p.ids[0] == d : accept_draft(p, q[i], d, sampler.uniform());
+      bool ok = sampler.options().greedy() ? p.dist.ids[0] == d : rows.accept(p, q[i], d, sampler.uniform());
       if (!ok) {
-        follow = sampler.options().greedy() ? p.ids[0] : sampler.sample(residual(p, q[i]));
+        follow = sampler.options().greedy() ? p.dist.ids[0] : rows.sample_residual(p, q[i]);
         break;
       }
       accepted++;

@@ -9,7 +9,7 @@
 
 namespace vatic {
 
-RowSampler::RowSampler(const Sampler& sampler, int64_t vocab, SamplingPath path, int candidates)
+RowSampler::RowSampler(Sampler& sampler, int64_t vocab, SamplingPath path, int candidates)
     : sampler_(sampler),
       vocab_(vocab),
       path_(path),
@@ -48,18 +48,13 @@ Distribution RowSampler::full(const Tensor& logits, int64_t row, const std::vect
   return sampler_.distribution(host_row(logits, row, buf), extra, allowed);
 }
 
-Distribution RowSampler::distribution(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra,
-                                      const uint64_t* allowed) {
-  if (!uses_candidates(logits)) return full(logits, row, extra, allowed);
+Tensor RowSampler::penalized(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra,
+                             const uint64_t* allowed, bool always_copy) const {
   const SamplerOptions& o = sampler_.options();
-  const bool greedy = o.greedy();
-  if (!greedy && o.top_k > kMaxTopK) return full(logits, row, extra, allowed);
-
-  // The penalties and the mask change a copy: the raw row stays for logprobs and later rows.
   Tensor work = row_of(logits, row);
   std::vector<int32_t> ids, counts;
   sampler_.penalty_counts(extra, &ids, &counts);
-  if (!ids.empty() || allowed) {
+  if (!ids.empty() || allowed || always_copy) {
     Tensor copy = ops::empty_like(work, work.shape());
     ops::copy_into(work, copy);
     work = copy;
@@ -67,26 +62,22 @@ Distribution RowSampler::distribution(const Tensor& logits, int64_t row, const s
       ops::penalize(work, ids, counts, o.repeat_penalty, o.presence_penalty, o.frequency_penalty);
     if (allowed) ops::mask_tokens(work, std::vector<uint64_t>(allowed, allowed + (vocab_ + 63) / 64));
   }
-  // Without top_k, one token more than the candidates: the witness for the rest of the row.
-  const bool need_norm = !greedy && o.top_k == 0 && candidates_ < vocab_;
-  const int64_t K = greedy ? 1 : std::min<int64_t>(o.top_k > 0 ? o.top_k : candidates_ + 1, vocab_);
+  return work;
+}
+
+std::optional<Distribution> RowSampler::from_candidates(const Tensor& work, int64_t K, bool need_norm,
+                                                        bool* nothing_finite) {
+  const SamplerOptions& o = sampler_.options();
+  const bool greedy = o.greedy();
   Tensor values, indices;
   ops::topk(work, static_cast<int>(K), &values, &indices);
   Tensor norm = need_norm ? ops::logsumexp(work, 1.0f / o.temperature) : Tensor();
   const std::vector<float> v = ops::to_vector(values);
   const Tensor hi = ops::to_host(indices);
   const int32_t* id = hi.data<int32_t>();
-
-  // -inf first: nothing can be drawn, or only tokens a mask allows at -inf; the full row says which (or why
-  // not).
-  if (!std::isfinite(v[0]) && (allowed || !greedy)) {
-    counters_.fallbacks++;
-    return full(logits, row, extra, allowed);
-  }
-  if (greedy) {
-    counters_.candidate_rows++;
-    return Distribution{{id[0]}, {1.0f}};
-  }
+  *nothing_finite = !std::isfinite(v[0]);
+  if (greedy) return Distribution{{id[0]}, {1.0f}};
+  if (*nothing_finite) return std::nullopt;
   std::vector<int32_t> cid;
   std::vector<float> cl;
   for (int64_t i = 0; i < K && std::isfinite(v[i]); i++) {
@@ -97,13 +88,140 @@ Distribution RowSampler::distribution(const Tensor& logits, int64_t row, const s
   const bool complete = static_cast<int64_t>(cid.size()) < K || K == vocab_;
   const double log_norm = need_norm && !complete ? static_cast<double>(ops::to_vector(norm)[0])
                                                  : std::numeric_limits<double>::quiet_NaN();
-  std::optional<Distribution> d = sampler_.distribution_from_candidates(cid, cl, log_norm);
-  if (!d) {
+  return sampler_.distribution_from_candidates(cid, cl, log_norm);
+}
+
+Distribution RowSampler::distribution(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra,
+                                      const uint64_t* allowed) {
+  if (!uses_candidates(logits)) return full(logits, row, extra, allowed);
+  const SamplerOptions& o = sampler_.options();
+  const bool greedy = o.greedy();
+  if (!greedy && o.top_k > kMaxTopK) return full(logits, row, extra, allowed);
+
+  const Tensor work = penalized(logits, row, extra, allowed, false);
+  // Without top_k, one token more than the candidates: the witness for the rest of the row.
+  const bool need_norm = !greedy && o.top_k == 0 && candidates_ < vocab_;
+  const int64_t K = greedy ? 1 : std::min<int64_t>(o.top_k > 0 ? o.top_k : candidates_ + 1, vocab_);
+  bool nothing_finite = false;
+  std::optional<Distribution> d = from_candidates(work, K, need_norm, &nothing_finite);
+  // Unproved by the default candidates: once more at the cap, which still costs far less than the row.
+  if (!d && !nothing_finite && need_norm && K < std::min<int64_t>(kMaxTopK, vocab_)) {
+    counters_.wide_retries++;
+    const int64_t wide = std::min<int64_t>(kMaxTopK, vocab_);
+    d = from_candidates(work, wide, wide < vocab_, &nothing_finite);
+  }
+  // -inf first: nothing can be drawn, or only tokens a mask allows at -inf; the full row says which (or why
+  // not).
+  if (!d || (nothing_finite && allowed)) {
     counters_.fallbacks++;
     return full(logits, row, extra, allowed);
   }
   counters_.candidate_rows++;
   return std::move(*d);
+}
+
+RowDistribution RowSampler::row_distribution(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra,
+                                             const uint64_t* allowed) {
+  const SamplerOptions& o = sampler_.options();
+  const bool nucleus = o.top_p > 0 && o.top_p < 1;
+  const bool temperature_only = !o.greedy() && o.top_k == 0 && !nucleus && !(o.min_p > 0);
+  RowDistribution d;
+  if (!temperature_only || !uses_candidates(logits) || candidates_ >= vocab_) {
+    d.dist = distribution(logits, row, extra, allowed);
+    return d;
+  }
+  const Tensor work = penalized(logits, row, extra, allowed, true).reshape({vocab_});
+  // log Σ exp(l / T) of each block of ids; the tail block (vocab not a multiple of kBlock) separately.
+  const int64_t nb = vocab_ / kBlock, tail = vocab_ - nb * kBlock;
+  const float inv_t = 1.0f / o.temperature;
+  std::vector<float> lse;
+  if (nb > 0) lse = ops::to_vector(ops::logsumexp(work.slice(0, 0, nb * kBlock).reshape({nb, kBlock}), inv_t));
+  if (tail > 0) lse.push_back(ops::to_vector(ops::logsumexp(work.slice(0, nb * kBlock, vocab_).reshape({1, tail}),
+                                                            inv_t))[0]);
+  double mx = -std::numeric_limits<double>::infinity();
+  for (float x : lse) mx = std::max(mx, static_cast<double>(x));
+  if (!std::isfinite(mx)) {  // nothing finite to draw: the full row says which (or why not)
+    counters_.fallbacks++;
+    d.dist = full(logits, row, extra, allowed);
+    return d;
+  }
+  double sum = 0;
+  for (float x : lse) sum += std::exp(static_cast<double>(x) - mx);
+  d.row = work;
+  d.log_norm = mx + std::log(sum);
+  d.block_mass.reserve(lse.size());
+  for (float x : lse) d.block_mass.push_back(std::exp(static_cast<double>(x) - d.log_norm));
+  counters_.implicit_rows++;
+  return d;
+}
+
+std::vector<float> RowSampler::block_of(const RowDistribution& d, int64_t b) const {
+  return ops::to_vector(d.row.slice(0, b * kBlock, std::min(vocab_, (b + 1) * kBlock)));
+}
+
+int32_t RowSampler::sample(const RowDistribution& d) {
+  if (!d.implicit()) return sampler_.sample(d.dist);
+  // Sampler::sample's walk in id order, a block at a time: whole blocks by their mass, then the ids of the
+  // block the draw lands in.
+  const double inv_t = 1.0 / sampler_.options().temperature;
+  const double u = sampler_.uniform();
+  double cum = 0;
+  const int64_t nb = static_cast<int64_t>(d.block_mass.size());
+  int64_t last = -1;  // the last block that holds a token that can be drawn
+  for (int64_t b = 0; b < nb; b++) {
+    if (d.block_mass[b] <= 0) continue;
+    last = b;
+    if (u >= cum + d.block_mass[b]) {
+      cum += d.block_mass[b];
+      continue;
+    }
+    // The draw lands here by the blocks' masses; the ids' own sum decides (rounding may carry it on).
+    const std::vector<float> l = block_of(d, b);
+    for (size_t i = 0; i < l.size(); i++) {
+      if (!std::isfinite(l[i])) continue;
+      cum += std::exp(static_cast<double>(l[i]) * inv_t - d.log_norm);
+      if (u < cum) return static_cast<int32_t>(b * kBlock + static_cast<int64_t>(i));
+    }
+  }
+  // Rounding left u above the total: the last id that can be drawn, as Sampler::sample returns the last one.
+  VATIC_CHECK(last >= 0, "sampling from an implicit distribution with no mass");
+  const std::vector<float> l = block_of(d, last);
+  for (size_t i = l.size(); i-- > 0;)
+    if (std::isfinite(l[i])) return static_cast<int32_t>(last * kBlock + static_cast<int64_t>(i));
+  return static_cast<int32_t>(last * kBlock);
+}
+
+double RowSampler::prob_of(const RowDistribution& d, int32_t id) {
+  if (!d.implicit()) return d.dist.prob_of(id);
+  VATIC_CHECK(id >= 0 && id < vocab_, "token {} outside a vocabulary of {}", id, vocab_);
+  const float l = ops::to_vector(d.row.slice(0, id, id + 1))[0];
+  return std::isfinite(l) ? std::exp(static_cast<double>(l) / sampler_.options().temperature - d.log_norm) : 0.0;
+}
+
+bool RowSampler::accept(const RowDistribution& p, const RowDistribution& q, int32_t draft, double u) {
+  if (!p.implicit() && !q.implicit()) return accept_draft(p.dist, q.dist, draft, u);
+  // accept_draft's rule, on the probabilities as the explicit distribution stores them (floats).
+  const double pd = static_cast<float>(prob_of(p, draft)), qd = static_cast<float>(prob_of(q, draft));
+  if (qd <= 0) return false;
+  return u < std::min(1.0, pd / qd);
+}
+
+Distribution RowSampler::materialize(const RowDistribution& d) {
+  if (!d.implicit()) return d.dist;
+  counters_.full_rows++;
+  const std::vector<float> l = ops::to_vector(d.row);
+  const double inv_t = 1.0 / sampler_.options().temperature;
+  Distribution r;
+  for (int64_t i = 0; i < vocab_; i++) {
+    if (!std::isfinite(l[i])) continue;
+    r.ids.push_back(static_cast<int32_t>(i));
+    r.probs.push_back(static_cast<float>(std::exp(static_cast<double>(l[i]) * inv_t - d.log_norm)));
+  }
+  return r;
+}
+
+int32_t RowSampler::sample_residual(const RowDistribution& p, const RowDistribution& q) {
+  return sampler_.sample(residual(materialize(p), materialize(q)));
 }
 
 void RowSampler::logprobs(const Tensor& logits, int64_t row, int32_t id, int top_n, TokenLogprob* chosen,

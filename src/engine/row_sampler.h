@@ -6,12 +6,18 @@
 // from them. Logprobs come from the device too (the row's log-sum-exp, the chosen token's logit, a top-k of
 // the raw row).
 //
-// When the candidates cannot prove the result, the row is read whole instead (a fallback): without top_k,
-// when the full-row distribution holds more tokens than the candidates (neither the nucleus nor min_p ends
-// within them; one more token, the witness, proves that they do), e.g. pure temperature sampling over the
-// whole vocabulary; top_k above kMaxTopK; and rows where nothing finite can be drawn (a grammar mask that
-// leaves only -inf logits).
+// Without top_k, when the full-row distribution holds more tokens than the candidates (neither the nucleus nor
+// min_p ends within them; one more token, the witness, proves that they do), the candidates are taken again
+// at the cap (kMaxTopK) before the row is read whole (a fallback). Sampling by temperature alone (no top_k,
+// top_p or min_p) draws from the whole vocabulary and needs no candidates: its distribution stays implicit on
+// the device (RowDistribution), the host reads the probability mass of each block of ids, walks the blocks
+// with the draw's uniform number as Sampler::sample walks a distribution in id order, and reads the one block
+// the draw lands in. (The masses are f32 sums, so a draw may differ from the host sampler's where the uniform
+// number lies within ~1e-6 of a boundary: the same distribution, up to rounding.) Speculative acceptance reads the two probabilities it compares; only the draw
+// after a rejected draft (from the residual max(0, p - q)) reads both rows whole. The other fallbacks: top_k
+// above kMaxTopK, and rows where nothing finite can be drawn (a grammar mask that leaves only -inf logits).
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "sample/sampler.h"
@@ -25,27 +31,54 @@ enum class SamplingPath {
   FullRow,     // always the whole row
 };
 
+// What a token is drawn from: a Distribution on the host, or (sampling by temperature alone from a row off the
+// host) the implicit softmax(row / T) of the row after the penalties and the mask, left where the row lives.
+struct RowDistribution {
+  Distribution dist;  // explicit
+  // Implicit: the row [V] (F32, penalties and mask applied; a copy the model cannot overwrite), its log Σ exp(l / T)
+  // and the probability mass of each block of kBlock ids.
+  Tensor row;
+  double log_norm = 0;
+  std::vector<double> block_mass;
+  bool implicit() const { return row.defined(); }
+};
+
 class RowSampler {
  public:
   static constexpr int kDefaultCandidates = 256;
   static constexpr int kMaxTopK = 1024;
+  static constexpr int64_t kBlock = 1024;  // ids per block of an implicit distribution
 
-  // `candidates`: how many tokens come back when top_k is 0 (0 = kDefaultCandidates).
-  RowSampler(const Sampler& sampler, int64_t vocab, SamplingPath path, int candidates = 0);
+  // `candidates`: how many tokens come back when top_k is 0 (0 = kDefaultCandidates). Draws use the sampler's
+  // stream.
+  RowSampler(Sampler& sampler, int64_t vocab, SamplingPath path, int candidates = 0);
 
   // Whether rows of `logits` go through candidates.
   bool uses_candidates(const Tensor& logits) const;
   // The distribution of row `row` of logits [T, V] (or [V]) exactly as Sampler::distribution defines it.
   Distribution distribution(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra = {},
                             const uint64_t* allowed = nullptr);
+  // What generation draws from: implicit for sampling by temperature alone from rows that go through
+  // candidates, else distribution().
+  RowDistribution row_distribution(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra = {},
+                                   const uint64_t* allowed = nullptr);
+  // One draw from the sampler's stream: the token Sampler::sample would draw from the explicit distribution.
+  int32_t sample(const RowDistribution& d);
+  double prob_of(const RowDistribution& d, int32_t id);
+  // accept_draft() and a draw from residual() for either kind of distribution.
+  bool accept(const RowDistribution& p, const RowDistribution& q, int32_t draft, double u);
+  int32_t sample_residual(const RowDistribution& p, const RowDistribution& q);
+
   // log-softmax of the raw row for `id`, and when top_n > 0 the top_n most likely tokens.
   void logprobs(const Tensor& logits, int64_t row, int32_t id, int top_n, TokenLogprob* chosen,
                 std::vector<TokenLogprob>* top);
 
   struct Counters {
     int64_t candidate_rows = 0;  // distributions built from candidates
-    int64_t full_rows = 0;       // rows read whole (the host path, and fallbacks)
+    int64_t implicit_rows = 0;   // distributions left implicit on the device
+    int64_t full_rows = 0;       // rows read whole (the host path, fallbacks, residual draws from implicit rows)
     int64_t fallbacks = 0;       // rows whose candidates could not prove the result
+    int64_t wide_retries = 0;    // candidates taken again at kMaxTopK because the first ones could not prove it
   };
   const Counters& counters() const { return counters_; }
 
@@ -54,8 +87,17 @@ class RowSampler {
   const float* host_row(const Tensor& logits, int64_t row, std::vector<float>& buf) const;
   Distribution full(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra,
                     const uint64_t* allowed);
+  // The row after the penalties and the mask: a copy when either applies (the raw row stays for logprobs and
+  // later rows), or when `always_copy`.
+  Tensor penalized(const Tensor& logits, int64_t row, const std::vector<int32_t>& extra, const uint64_t* allowed,
+                   bool always_copy) const;
+  // Candidates of the penalized row `work`: K best (with the witness when `need_norm`); nullopt when they cannot
+  // prove the result. *nothing_finite: the best one is -inf.
+  std::optional<Distribution> from_candidates(const Tensor& work, int64_t K, bool need_norm, bool* nothing_finite);
+  std::vector<float> block_of(const RowDistribution& d, int64_t b) const;
+  Distribution materialize(const RowDistribution& d);
 
-  const Sampler& sampler_;
+  Sampler& sampler_;
   int64_t vocab_;
   SamplingPath path_;
   int candidates_;

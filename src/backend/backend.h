@@ -2,6 +2,7 @@
 // The device interface. Every tensor operation a model needs is a virtual here; a device (the CPU, each CUDA GPU)
 // implements all of them over tensors that live in its memory. Model code never calls a backend directly: it
 // calls ops/ops.h, which checks that the inputs share a device, allocates outputs there and dispatches here.
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -54,6 +55,17 @@ struct DeviceMemory {
   size_t free = 0, total = 0;  // bytes
 };
 
+// A device's memory bandwidth as `vatic bench` measures it: decode reads every weight once per token, so the bytes
+// it reads over best() is its floor.
+struct MemoryBandwidth {
+  size_t bytes = 0;        // array size of the test
+  double read_gbs = 0;     // bytes read / s by a plain sweep
+  double matvec_gbs = 0;   // bytes read / s by the backend's own f32 matvec kernel over the array as rows
+  double copy_gbs = 0;     // (bytes read + bytes written) / s, STREAM's convention for copy
+  std::string machine;     // what ran it: "AMD EPYC, avx512 kernels, 2 threads", "NVIDIA H200 (cuda:0)"
+  double best() const { return std::max(read_gbs, matvec_gbs); }
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -70,6 +82,9 @@ class Backend {
   // ("name ×count"); take_profile() waits for the device, returns the table and clears it.
   virtual void set_profiling(bool on) {}
   virtual std::vector<std::pair<std::string, double>> take_profile() { return {}; }
+  // Best of `reps` runs over arrays of `bytes`. By default device-to-device copies, whose rate (read + write) is
+  // also taken as the read rate.
+  virtual MemoryBandwidth measure_bandwidth(size_t bytes, int reps);
 
   // Memory. empty() makes an output buffer: its content is unspecified until an operation writes it.
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;

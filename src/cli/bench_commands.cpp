@@ -7,7 +7,6 @@
 // fixture) so it fits small machines; and an assistant drafter of E2B-assistant size (hidden 256, 4 layers,
 // I 2048, centroid head 2048 / top-32). `--quantize int8|int4` makes a quantized copy with the quantization
 // policy (src/quant/policy.h) and the store's metadata convention (src/quant/quantize.h).
-#include <omp.h>
 
 #include <algorithm>
 #include <chrono>
@@ -24,7 +23,6 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "backend/cpu/simd.h"
 #include "cli/cli.h"
 #include "cli/model_arg.h"
 #include "formats/model_source.h"
@@ -45,111 +43,6 @@ namespace fs = std::filesystem;
 using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
-
-// ---- memory bandwidth (STREAM-like) ----
-
-struct Bandwidth {
-  double read_gbs = 0;  // bytes read / s (a dot-product sweep over one array)
-  double copy_gbs = 0;  // (bytes read + bytes written) / s, STREAM's convention for copy
-  double matvec_gbs = 0;  // bytes read / s by the f32 matvec kernel (software prefetch) over the array as rows
-  double best() const { return std::max(read_gbs, matvec_gbs); }
-  size_t bytes = 0;
-  int threads = 0;
-};
-
-// An accelerator's memory bandwidth: device-to-device copies of `bytes`, counted as bytes read + written (as
-// STREAM's copy; a decode step only reads, so its floor uses this figure as the read rate too).
-Bandwidth measure_device_bandwidth(Device dev, size_t bytes, int reps) {
-  Backend& be = backend_for(dev);
-  const int64_t n = static_cast<int64_t>(bytes / 4);
-  Tensor a = be.empty({n}, DType::F32), b = be.empty({n}, DType::F32);
-  be.fill(a, 1.0f);
-  be.copy(a, b);
-  be.synchronize();
-  double best = 1e30;
-  for (int r = 0; r < reps; r++) {
-    auto t0 = Clock::now();
-    be.copy(a, b);
-    be.synchronize();
-    best = std::min(best, seconds_since(t0));
-  }
-  Bandwidth bw;
-  bw.bytes = bytes;
-  bw.copy_gbs = 2.0 * static_cast<double>(bytes) / best / 1e9;
-  bw.read_gbs = bw.matvec_gbs = bw.copy_gbs;
-  return bw;
-}
-
-Bandwidth measure_bandwidth(size_t bytes, int reps) {
-  const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
-  std::unique_ptr<float[]> a(new float[n]), b(new float[n]);
-  const int nt = omp_get_max_threads();
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    a[i] = static_cast<float>(i & 1023) * 1e-3f;
-    b[i] = 0.0f;
-  }
-  Bandwidth bw;
-  bw.bytes = bytes;
-  bw.threads = nt;
-  const auto& k = cpu::kernels();
-  volatile float sink = 0;
-  for (int r = 0; r < reps; r++) {
-    auto t0 = Clock::now();
-    float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      const int64_t id = omp_get_thread_num(), m = omp_get_num_threads(), chunk = (n + m - 1) / m;
-      const int64_t s = std::min(n, id * chunk), e = std::min(n, s + chunk);
-      if (e > s) total += k.dot_f32(a.get() + s, a.get() + s, e - s);
-    }
-    double dt = seconds_since(t0);
-    sink = sink + total;
-    bw.read_gbs = std::max(bw.read_gbs, static_cast<double>(bytes) / dt / 1e9);
-    t0 = Clock::now();
-#pragma omp parallel
-    {
-      const int64_t id = omp_get_thread_num(), m = omp_get_num_threads(), chunk = (n + m - 1) / m;
-      const int64_t s = std::min(n, id * chunk), e = std::min(n, s + chunk);
-      if (e > s) std::memcpy(b.get() + s, a.get() + s, (e - s) * sizeof(float));
-    }
-    dt = seconds_since(t0);
-    bw.copy_gbs = std::max(bw.copy_gbs, 2.0 * static_cast<double>(bytes) / dt / 1e9);
-    // The array as [n / 2048, 2048] rows, times one vector, through the backend's f32 matvec.
-    const int64_t rows = n / 2048;
-    std::vector<float> xv(2048, 1.0f), yv(static_cast<size_t>(rows));
-    cpu::GemmArgs g;
-    g.x = xv.data();
-    g.ldx = 2048;
-    g.T = 1;
-    g.w = a.get();
-    g.ldw = 2048;
-    g.K = 2048;
-    g.y = yv.data();
-    g.ldy = rows;
-    t0 = Clock::now();
-#pragma omp parallel
-    {
-      const int64_t id = omp_get_thread_num(), m = omp_get_num_threads(), chunk = (rows + m - 1) / m;
-      const int64_t s = std::min(rows, id * chunk), e = std::min(rows, s + chunk);
-      if (e > s) k.gemm_f32(g, s, e);
-    }
-    dt = seconds_since(t0);
-    bw.matvec_gbs = std::max(bw.matvec_gbs, static_cast<double>(rows) * 2048 * 4 / dt / 1e9);
-  }
-  return bw;
-}
-
-std::string cpu_model() {
-  std::ifstream f("/proc/cpuinfo");
-  std::string line;
-  while (std::getline(f, line))
-    if (line.rfind("model name", 0) == 0) {
-      auto c = line.find(':');
-      if (c != std::string::npos) return line.substr(c + 2);
-    }
-  return "unknown CPU";
-}
 
 // ---- random-weight checkpoints ----
 
@@ -459,8 +352,13 @@ double best_of(int reps, F&& f) {
   return best;
 }
 
-void print_bandwidth(const Bandwidth& bw) {
-  std::printf("machine: %s, %d threads\n", cpu_model().c_str(), bw.threads);
+void print_bandwidth(const MemoryBandwidth& bw, Device dev) {
+  if (!dev.is_cpu()) {
+    std::printf("device: %s, copy bandwidth %.0f GB/s (read + write, %zu MiB arrays)\n", bw.machine.c_str(),
+                bw.copy_gbs, bw.bytes >> 20);
+    return;
+  }
+  std::printf("machine: %s\n", bw.machine.c_str());
   std::printf("memory bandwidth (%zu MiB arrays, best of runs): read %.1f GB/s (dot sweep), %.1f GB/s (f32 matvec "
               "with prefetch), copy %.1f GB/s (read+write)\n",
               bw.bytes >> 20, bw.read_gbs, bw.matvec_gbs, bw.copy_gbs);
@@ -473,7 +371,7 @@ int32_t best_token(const Tensor& logits) {
 }
 
 
-void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
+void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
   fs::path target_dir, draft_dir;
   ModelSource src;
   std::unique_ptr<ModelSource> dsrc;
@@ -505,9 +403,7 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
   const int64_t V = lm->info().vocab_size;
   std::printf("model: %s (%s), %.2f GB of weights, %.2f GB read per decoded token, loaded in %.2f s\n",
               src.name.c_str(), lm->info().quantization.c_str(), weights->total_bytes() / 1e9, wbytes / 1e9, load_s);
-  if (dev.is_cpu())
-    std::printf("kernels: %s, %d threads\n", cpu::kernels().isa, omp_get_max_threads());
-  else
+  if (!dev.is_cpu())
     std::printf("device: %s, graphs %s\n", backend_for(dev).description().c_str(), graphs_enabled(dev) ? "on" : "off (VATIC_GRAPHS=0)");
 
   // Prefill.
@@ -639,7 +535,7 @@ void bench_model(const Options& o, const Bandwidth& bw, Device dev) {
 
 // ---- matmul kernels ----
 
-void bench_kernels(const Options& o, const Bandwidth& bw, Device dev) {
+void bench_kernels(const Options& o, const MemoryBandwidth& bw, Device dev) {
   Backend& be = backend_for(dev);
   struct Shape2 {
     const char* what;
@@ -722,15 +618,8 @@ void register_bench_commands(CLI::App& app) {
     parse_quant_type(o->quantize, "--quantize");
     const Device dev = resolve_device(o->device);
     backend_for(dev).bind_thread();
-    Bandwidth bw;
-    if (dev.is_cpu()) {
-      bw = measure_bandwidth(o->bw_mib << 20, 10);
-      print_bandwidth(bw);
-    } else {
-      bw = measure_device_bandwidth(dev, o->bw_mib << 20, 10);
-      std::printf("device: %s, copy bandwidth %.0f GB/s (read + write, %zu MiB arrays)\n",
-                  backend_for(dev).description().c_str(), bw.copy_gbs, o->bw_mib);
-    }
+    const MemoryBandwidth bw = backend_for(dev).measure_bandwidth(o->bw_mib << 20, 10);
+    print_bandwidth(bw, dev);
     if (o->bandwidth) return;
     if (o->kernels) {
       return bench_kernels(*o, bw, dev);

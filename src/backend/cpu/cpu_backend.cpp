@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/bandwidth.h"
 #include "backend/cpu/simd.h"
 
 namespace vatic {
@@ -99,6 +100,7 @@ class CpuBackend final : public Backend {
  public:
   Device device() const override { return Device::CPU; }
   const char* name() const override { return "cpu"; }
+  MemoryBandwidth measure_bandwidth(size_t bytes, int reps) override { return cpu::measure_bandwidth(bytes, reps); }
   DeviceMemory memory() const override {
     DeviceMemory m;
     const long pages = sysconf(_SC_PHYS_PAGES), avail = sysconf(_SC_AVPHYS_PAGES), page = sysconf(_SC_PAGESIZE);

@@ -1,0 +1,96 @@
+#include "backend/cpu/bandwidth.h"
+
+#include <omp.h>
+
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <algorithm>
+#include <memory>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "backend/cpu/simd.h"
+
+namespace vatic::cpu {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+std::string cpu_model() {
+  std::ifstream f("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(f, line))
+    if (line.rfind("model name", 0) == 0) {
+      auto c = line.find(':');
+      if (c != std::string::npos) return line.substr(c + 2);
+    }
+  return "unknown CPU";
+}
+
+// Runs f(start, end) on each thread's share of [0, n).
+template <typename F>
+void split(int64_t n, F&& f) {
+#pragma omp parallel
+  {
+    const int64_t id = omp_get_thread_num(), m = omp_get_num_threads(), chunk = (n + m - 1) / m;
+    const int64_t s = std::min(n, id * chunk), e = std::min(n, s + chunk);
+    if (e > s) f(s, e);
+  }
+}
+
+}  // namespace
+
+MemoryBandwidth measure_bandwidth(size_t bytes, int reps) {
+  const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
+  std::unique_ptr<float[]> a(new float[n]), b(new float[n]);
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    a[i] = static_cast<float>(i & 1023) * 1e-3f;
+    b[i] = 0.0f;
+  }
+  const Kernels& k = kernels();
+  MemoryBandwidth bw;
+  bw.bytes = bytes;
+  bw.machine = fmt::format("{}, {} kernels, {} threads", cpu_model(), k.isa, omp_get_max_threads());
+  volatile float sink = 0;
+  // The array as [n / 2048, 2048] rows, times one vector, through the f32 matvec kernel.
+  const int64_t rows = n / 2048;
+  std::vector<float> xv(2048, 1.0f), yv(static_cast<size_t>(rows));
+  GemmArgs g;
+  g.x = xv.data();
+  g.ldx = 2048;
+  g.T = 1;
+  g.w = a.get();
+  g.ldw = 2048;
+  g.K = 2048;
+  g.y = yv.data();
+  g.ldy = rows;
+  for (int r = 0; r < reps; r++) {
+    auto t0 = Clock::now();
+    float total = 0;
+#pragma omp parallel reduction(+ : total)
+    {
+      const int64_t id = omp_get_thread_num(), m = omp_get_num_threads(), chunk = (n + m - 1) / m;
+      const int64_t s = std::min(n, id * chunk), e = std::min(n, s + chunk);
+      if (e > s) total += k.dot_f32(a.get() + s, a.get() + s, e - s);
+    }
+    double dt = seconds_since(t0);
+    sink = sink + total;
+    bw.read_gbs = std::max(bw.read_gbs, static_cast<double>(bytes) / dt / 1e9);
+    t0 = Clock::now();
+    split(n, [&](int64_t s, int64_t e) { std::memcpy(b.get() + s, a.get() + s, (e - s) * sizeof(float)); });
+    dt = seconds_since(t0);
+    bw.copy_gbs = std::max(bw.copy_gbs, 2.0 * static_cast<double>(bytes) / dt / 1e9);
+    t0 = Clock::now();
+    split(rows, [&](int64_t s, int64_t e) { k.gemm_f32(g, s, e); });
+    dt = seconds_since(t0);
+    bw.matvec_gbs = std::max(bw.matvec_gbs, static_cast<double>(rows) * 2048 * 4 / dt / 1e9);
+  }
+  return bw;
+}
+
+}  // namespace vatic::cpu

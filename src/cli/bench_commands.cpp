@@ -1,13 +1,13 @@
 // `vatic bench`: decode / prefill speed, effective weight bandwidth next to the machine's measured memory
 // bandwidth, quantized vs bf16 decode, verify-forward and drafter-step costs, and matmul kernel throughput.
 //
-// Random-weight models: `--random e2b` writes (once, into a cache folder) a Gemma 4 checkpoint with E2B's widths
-// (hidden 1536, 8 q / 1 kv heads, head dims 256 / 512, MLP 6144 doubled on KV-shared layers, PLE 256, vocab
-// 262144, 4 sliding : 1 full) but fewer layers (--layers, default 10 with the last 4 KV-shared, like the 10-layer
-// fixture) so it fits small machines; and an assistant drafter of E2B-assistant size (hidden 256, 4 layers,
-// I 2048, centroid head 2048 / top-32). `--quantize int8|int4` makes a quantized copy with the quantization
-// policy (src/quant/policy.h) and the store's metadata convention (src/quant/quantize.h).
-
+// Random-weight models (cli/bench_random.h): `--random e2b` writes (once, into a cache folder) a Gemma 4 checkpoint
+// with E2B's widths (hidden 1536, 8 q / 1 kv heads, head dims 256 / 512, MLP 6144 doubled on KV-shared layers, PLE
+// 256, vocab 262144, 4 sliding : 1 full) but fewer layers (--layers, default 10 with the last 4 KV-shared, like the
+// 10-layer fixture) so it fits small machines; `--random CONFIG.json` does the same for any config vatic reads (the
+// released configs are in tests/fixtures/configs), all layers unless --layers cuts them. A Gemma 4 target gets a
+// random assistant drafter of its released assistant's size. `--quantize int8|int4` makes a quantized copy with
+// the quantization policy (src/quant/policy.h) and the store's metadata convention (src/quant/quantize.h).
 #include <algorithm>
 #include <chrono>
 #include <cmath>
@@ -23,12 +23,13 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "cli/bench_random.h"
 #include "cli/cli.h"
 #include "cli/model_arg.h"
 #include "formats/model_source.h"
 #include "formats/safetensors.h"
-#include "models/gemma4/gemma4_config.h"
 #include "models/loader.h"
+#include "models/registry.h"
 #include "models/forward_graphs.h"
 #include "ops/ops.h"
 #include "quant/policy.h"
@@ -44,7 +45,7 @@ using Clock = std::chrono::steady_clock;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
-// ---- random-weight checkpoints ----
+// ---- random-weight checkpoints (cli/bench_random.h) ----
 
 uint64_t splitmix(uint64_t x) {
   x += 0x9e3779b97f4a7c15ull;
@@ -53,22 +54,7 @@ uint64_t splitmix(uint64_t x) {
   return x ^ (x >> 31);
 }
 
-// Uniform values with standard deviation `std` (or the constant `std` when constant), as BF16.
-Tensor random_bf16(const Shape& shape, float std, uint64_t seed, bool constant = false) {
-  Tensor t = Tensor::empty(shape, DType::BF16);
-  uint16_t* p = t.data<uint16_t>();
-  const int64_t n = t.numel();
-  const float a = std * 1.7320508f;
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    float v = constant ? std
-                       : (static_cast<float>(splitmix(seed * 0x100000001b3ull + static_cast<uint64_t>(i)) >> 40) /
-                              16777216.0f * 2.0f - 1.0f) * a;
-    p[i] = f32_to_bf16(v);
-  }
-  return t;
-}
-
+// E2B's text config at `layers` layers (4 sliding : 1 full, the last 2/5 KV-shared): the `--random e2b` shape.
 json e2b_like_config(int layers) {
   json tc;
   std::vector<std::string> types;
@@ -111,225 +97,9 @@ json e2b_like_config(int layers) {
   return c;
 }
 
-json e2b_assistant_config() {
-  json tc;
-  tc["model_type"] = "gemma4_text";
-  tc["attention_k_eq_v"] = false;
-  tc["bos_token_id"] = 2;
-  tc["eos_token_id"] = 1;
-  tc["pad_token_id"] = 0;
-  tc["enable_moe_block"] = false;
-  tc["final_logit_softcapping"] = 30.0;
-  tc["head_dim"] = 256;
-  tc["global_head_dim"] = 512;
-  tc["hidden_activation"] = "gelu_pytorch_tanh";
-  tc["hidden_size"] = 256;
-  tc["hidden_size_per_layer_input"] = 0;
-  tc["intermediate_size"] = 2048;
-  tc["layer_types"] = {"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"};
-  tc["max_position_embeddings"] = 131072;
-  tc["num_attention_heads"] = 4;
-  tc["num_hidden_layers"] = 4;
-  tc["num_key_value_heads"] = 1;
-  tc["num_kv_shared_layers"] = 4;
-  tc["rms_norm_eps"] = 1e-6;
-  tc["rope_parameters"] = {
-      {"full_attention", {{"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}, {"rope_type", "proportional"}}},
-      {"sliding_attention", {{"rope_theta", 10000.0}, {"rope_type", "default"}}}};
-  tc["sliding_window"] = 512;
-  tc["tie_word_embeddings"] = true;
-  tc["use_double_wide_mlp"] = false;
-  tc["vocab_size"] = 262144;
-  tc["vocab_size_per_layer_input"] = 0;
-  json c;
-  c["architectures"] = {"Gemma4AssistantForCausalLM"};
-  c["model_type"] = "gemma4_assistant";
-  c["backbone_hidden_size"] = 1536;
-  c["num_centroids"] = 2048;
-  c["centroid_intermediate_top_k"] = 32;
-  c["use_ordered_embeddings"] = true;
-  c["tie_word_embeddings"] = true;
-  c["text_config"] = tc;
-  return c;
-}
-
-void write_json(const fs::path& p, const json& j) {
-  std::ofstream f(p);
-  f << j.dump(2) << "\n";
-  if (!f) throw InvalidInput(fmt::format("cannot write {}", p.string()));
-}
-
-// Layer tensors shared by target and assistant layers.
-void add_layer(std::vector<NamedTensor>& out, const std::string& p, const Gemma4LayerConfig& lc, int64_t H, int64_t nh,
-               int64_t PL, uint64_t& seed) {
-  const int64_t d = lc.head_dim, nkv = lc.num_kv_heads, I = lc.intermediate_size;
-  const float ws = 0.02f;
-  for (const char* n : {"input_layernorm", "post_attention_layernorm", "pre_feedforward_layernorm",
-                        "post_feedforward_layernorm"})
-    out.push_back({p + n + ".weight", random_bf16({H}, 1.0f, 0, true)});
-  out.push_back({p + "layer_scalar", random_bf16({1}, 1.0f, 0, true)});
-  out.push_back({p + "self_attn.q_proj.weight", random_bf16({nh * d, H}, ws, ++seed)});
-  out.push_back({p + "self_attn.o_proj.weight", random_bf16({H, nh * d}, ws, ++seed)});
-  out.push_back({p + "self_attn.q_norm.weight", random_bf16({d}, 1.0f, 0, true)});
-  if (!lc.kv_shared) {
-    out.push_back({p + "self_attn.k_proj.weight", random_bf16({nkv * d, H}, ws, ++seed)});
-    out.push_back({p + "self_attn.v_proj.weight", random_bf16({nkv * d, H}, ws, ++seed)});
-    out.push_back({p + "self_attn.k_norm.weight", random_bf16({d}, 1.0f, 0, true)});
-  }
-  out.push_back({p + "mlp.gate_proj.weight", random_bf16({I, H}, ws, ++seed)});
-  out.push_back({p + "mlp.up_proj.weight", random_bf16({I, H}, ws, ++seed)});
-  out.push_back({p + "mlp.down_proj.weight", random_bf16({H, I}, ws, ++seed)});
-  if (PL > 0) {
-    out.push_back({p + "per_layer_input_gate.weight", random_bf16({PL, H}, ws, ++seed)});
-    out.push_back({p + "per_layer_projection.weight", random_bf16({H, PL}, ws, ++seed)});
-    out.push_back({p + "post_per_layer_input_norm.weight", random_bf16({H}, 1.0f, 0, true)});
-  }
-}
-
-fs::path cache_root() {
-  if (const char* c = std::getenv("VATIC_CACHE"); c && *c) return fs::path(c) / "bench";
-  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "vatic" / "bench";
-  return fs::temp_directory_path() / "vatic-bench";
-}
-
-fs::path ensure_random_e2b(int layers) {
-  fs::path dir = cache_root() / fmt::format("gemma4-e2b-like-{}l", layers);
-  if (fs::exists(dir / "model.safetensors")) return dir;
-  fs::create_directories(dir);
-  std::fprintf(stderr, "writing a random-weight E2B-like model (%d layers) to %s ...\n", layers, dir.c_str());
-  json cj = e2b_like_config(layers);
-  Gemma4TextConfig cfg = Gemma4TextConfig::parse(cj, "bench config");
-  const std::string P = cfg.tensor_prefix;
-  const int64_t H = cfg.hidden_size, V = cfg.vocab_size, PL = cfg.hidden_size_per_layer_input;
-  uint64_t seed = 1;
-  std::vector<NamedTensor> ts;
-  ts.push_back({P + "embed_tokens.weight", random_bf16({V, H}, 0.02f, ++seed)});
-  ts.push_back({P + "embed_tokens_per_layer.weight", random_bf16({cfg.vocab_size_per_layer_input, layers * PL}, 0.02f, ++seed)});
-  ts.push_back({P + "per_layer_model_projection.weight", random_bf16({layers * PL, H}, 0.02f, ++seed)});
-  ts.push_back({P + "per_layer_projection_norm.weight", random_bf16({PL}, 1.0f, 0, true)});
-  ts.push_back({P + "norm.weight", random_bf16({H}, 1.0f, 0, true)});
-  for (int i = 0; i < layers; i++) add_layer(ts, cfg.layer_prefix(i), cfg.layer(i), H, cfg.num_attention_heads, PL, seed);
-  write_safetensors(dir / "model.safetensors", ts, {{"format", "pt"}});
-  write_json(dir / "config.json", cj);
-  return dir;
-}
-
-fs::path ensure_random_e2b_assistant() {
-  fs::path dir = cache_root() / "gemma4-e2b-like-assistant";
-  if (fs::exists(dir / "model.safetensors")) return dir;
-  fs::create_directories(dir);
-  json cj = e2b_assistant_config();
-  Gemma4AssistantConfig cfg = Gemma4AssistantConfig::parse(cj, "bench assistant config");
-  const auto& tc = cfg.text;
-  const int64_t Ha = tc.hidden_size, V = tc.vocab_size, BH = cfg.backbone_hidden_size;
-  uint64_t seed = 1000;
-  std::vector<NamedTensor> ts;
-  ts.push_back({tc.tensor_prefix + "embed_tokens.weight", random_bf16({V, Ha}, 0.02f, ++seed)});
-  ts.push_back({tc.tensor_prefix + "norm.weight", random_bf16({Ha}, 1.0f, 0, true)});
-  ts.push_back({"pre_projection.weight", random_bf16({Ha, 2 * BH}, 0.02f, ++seed)});
-  ts.push_back({"post_projection.weight", random_bf16({BH, Ha}, 0.02f, ++seed)});
-  ts.push_back({"masked_embedding.centroids.weight", random_bf16({cfg.num_centroids, Ha}, 0.02f, ++seed)});
-  std::vector<int64_t> order(V);
-  std::iota(order.begin(), order.end(), 0);
-  std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
-  Tensor ord = Tensor::empty({V}, DType::I64);
-  std::copy(order.begin(), order.end(), ord.data<int64_t>());
-  ts.push_back({"masked_embedding.token_ordering", ord});
-  for (int i = 0; i < tc.num_layers; i++)
-    add_layer(ts, tc.layer_prefix(i), tc.layer(i), Ha, tc.num_attention_heads, 0, seed);
-  write_safetensors(dir / "model.safetensors", ts, {{"format", "pt"}});
-  write_json(dir / "config.json", cj);
-  return dir;
-}
-
-// A quantized copy of a checkpoint directory, following the quantization policy. Gemma 4's tied embed_tokens
-// (embedding table and LM head at once) stays BF16: the model reads it as an embedding table.
-fs::path quantized_copy(const fs::path& src, QuantType type, int group, bool draft) {
-  fs::path dir = src.parent_path() / fmt::format("{}-{}-g{}", src.filename().string(), quant_type_name(type), group);
-  if (fs::exists(dir / "model.safetensors")) return dir;
-  fs::create_directories(dir);
-  std::fprintf(stderr, "quantizing %s to %s ...\n", src.c_str(), quant_type_name(type));
-  json cj = json::parse(std::ifstream(src / "config.json"));
-  TensorStore store(src);
-  QuantPolicyContext ctx;
-  ctx.gemma4 = true;
-  ctx.is_draft = draft;
-  const json& tc = cj.contains("text_config") ? cj["text_config"] : cj;
-  ctx.num_layers = tc.value("num_hidden_layers", 0);
-  std::vector<std::string> names = store.names();
-  std::vector<std::vector<NamedTensor>> parts(names.size());
-  std::vector<std::string> specs(names.size());
-#pragma omp parallel for schedule(dynamic)
-  for (size_t i = 0; i < names.size(); i++) {
-    const std::string& name = names[i];
-    Tensor t = store.get(name);
-    QuantDecision d = decide_quantization(name, t.shape(), type, group, ctx);
-    const bool tied_table = name.ends_with("embed_tokens.weight");
-    if (d.type == QuantType::None || tied_table) {
-      parts[i].push_back({name, t});
-      continue;
-    }
-    QuantizedTensor q = quantize(t, quant_bits(d.type), d.group_size);
-    const std::string base = quant_base_name(name);
-    parts[i].push_back({name, q.packed});
-    parts[i].push_back({base + ".scales", q.scales});
-    parts[i].push_back({base + ".biases", q.biases});
-    specs[i] = fmt::format("{}:{}", quant_type_name(d.type), d.group_size);
-  }
-  std::vector<NamedTensor> all;
-  std::map<std::string, std::string> meta{{"format", "pt"}};
-  std::string uniform;
-  bool mixed = false;
-  for (size_t i = 0; i < names.size(); i++) {
-    for (auto& nt : parts[i]) all.push_back(std::move(nt));
-    if (!specs[i].empty()) {
-      meta[names[i]] = specs[i];
-      if (uniform.empty()) uniform = specs[i];
-      mixed = mixed || uniform != specs[i];
-    }
-  }
-  if (!uniform.empty() && !mixed) {
-    meta["quantization"] = uniform.substr(0, uniform.find(':'));
-    meta["group_size"] = uniform.substr(uniform.find(':') + 1);
-  }
-  write_safetensors(dir / "model.safetensors", all, meta);
-  write_json(dir / "config.json", cj);
-  return dir;
-}
-
-// Bytes of weights one decode step reads: every tensor of the checkpoint except the per-layer embedding table, of
-// which only one row is read (the tied token embedding is read in full as the LM head).
-double decode_weight_bytes(const TensorStore& ts) {
-  double b = 0;
-  for (const auto& n : ts.names()) {
-    Tensor t = ts.get(n);
-    if (n.find("embed_tokens_per_layer") != std::string::npos)
-      b += static_cast<double>(t.nbytes()) / static_cast<double>(t.dim(0));
-    else
-      b += static_cast<double>(t.nbytes());
-  }
-  return b;
-}
-
-// Bytes of weights one assistant step reads: its layers and projections, the centroid table, the chosen
-// top-k clusters' rows of its embedding (not the whole table) and one row of the target's embedding.
-double drafter_step_bytes(const TensorStore& ts, const json& cfg) {
-  double b = 0;
-  for (const auto& n : ts.names()) {
-    Tensor t = ts.get(n);
-    if (n.ends_with("embed_tokens.weight")) {
-      const int64_t nc = cfg.value("num_centroids", 0), k = cfg.value("centroid_intermediate_top_k", 0);
-      b += nc > 0 ? static_cast<double>(t.nbytes()) * k / nc : static_cast<double>(t.nbytes());
-    } else if (n != "masked_embedding.token_ordering") {
-      b += static_cast<double>(t.nbytes());
-    }
-  }
-  return b;
-}
-
 struct Options {
   std::string model, draft, random, quantize, device;
-  int layers = 10;
+  int layers = -1;  // -1: the shape's default
   int tokens = 32;
   int prompt = 128;
   int reps = 3;
@@ -376,21 +146,36 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
   ModelSource src;
   std::unique_ptr<ModelSource> dsrc;
   if (!o.random.empty()) {
-    if (o.random != "e2b") throw InvalidInput(fmt::format("--random: unknown shape \"{}\" (supported: e2b)", o.random));
-    if (o.layers < 5 || o.layers % 5) throw InvalidInput("--layers: a multiple of 5 (4 sliding + 1 full)");
-    target_dir = ensure_random_e2b(o.layers);
-    draft_dir = ensure_random_e2b_assistant();
+    // A released shape (e2b, built in) or any config.json, at `--layers` layers.
+    json config;
+    std::string label;
+    if (o.random == "e2b") {
+      const int layers = o.layers < 0 ? 10 : o.layers;
+      if (layers < 5 || layers % 5) throw InvalidInput("--layers: a multiple of 5 for e2b (4 sliding + 1 full)");
+      config = e2b_like_config(layers);
+      label = "gemma4-e2b-like";
+    } else {
+      ModelSource cs;
+      cs.config = o.random;
+      config = cut_to_layers(read_model_config(cs), std::max(o.layers, 0));
+      // The file's name, or its folder's for a checkpoint's config.json.
+      const fs::path f = fs::absolute(o.random);
+      label = f.stem() == "config" ? f.parent_path().filename().string() : f.stem().string();
+    }
+    target_dir = ensure_random_checkpoint(config, label);
+    if (o.draft != "none" && &family_of(config, label) == &gemma4_family())
+      draft_dir = ensure_random_checkpoint(gemma4_assistant_config_for(config), label + "-assistant");
   } else if (!o.model.empty()) {
     src = resolve_model_arg(o.model);
     if (!o.draft.empty()) dsrc = std::make_unique<ModelSource>(resolve_model_arg(o.draft));
   } else {
-    throw InvalidInput("vatic bench: give --model DIR|NAME, --random e2b, --bandwidth or --kernels");
+    throw InvalidInput("vatic bench: give --model DIR|NAME, --random e2b|CONFIG.json, --bandwidth or --kernels");
   }
   QuantType qt = parse_quant_type(o.quantize, "--quantize");
   if (!target_dir.empty()) {
     if (qt != QuantType::None) target_dir = quantized_copy(target_dir, qt, kDefaultGroupSize, false);
     src = ModelSource::from_directory(target_dir);
-    if (o.draft != "none") dsrc = std::make_unique<ModelSource>(ModelSource::from_directory(draft_dir));
+    if (!draft_dir.empty()) dsrc = std::make_unique<ModelSource>(ModelSource::from_directory(draft_dir));
   } else if (qt != QuantType::None) {
     throw InvalidInput("--quantize applies to --random models; quantize store models with `vatic create -q`");
   }
@@ -399,7 +184,7 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
   auto lm = load_language_model(src, dev);
   const double load_s = seconds_since(t_load);
   auto weights = open_weights(src);
-  const double wbytes = decode_weight_bytes(*weights);
+  const double wbytes = decode_weight_bytes(*weights, read_model_config(src));
   const int64_t V = lm->info().vocab_size;
   std::printf("model: %s (%s), %.2f GB of weights, %.2f GB read per decoded token, loaded in %.2f s\n",
               src.name.c_str(), lm->info().quantization.c_str(), weights->total_bytes() / 1e9, wbytes / 1e9, load_s);
@@ -596,8 +381,11 @@ void register_bench_commands(CLI::App& app) {
   auto o = std::make_shared<Options>();
   cmd->add_option("--model", o->model, "Model directory or store name");
   cmd->add_option("--draft", o->draft, "Drafter directory or store name (\"none\": skip the random assistant)");
-  cmd->add_option("--random", o->random, "Random-weight model of a released width: e2b");
-  cmd->add_option("--layers", o->layers, "Layers of the --random model (multiple of 5; default 10)");
+  cmd->add_option("--random", o->random,
+                  "Random-weight model: e2b (built in), or a config.json of any supported architecture (e.g. "
+                  "tests/fixtures/configs/gemma-4-31B-it.json)");
+  cmd->add_option("--layers", o->layers, "Layers of the --random model (e2b: a multiple of 5, default 10; a "
+                                         "config: default all)");
   cmd->add_option("--quantize", o->quantize, "Quantize the --random model: int8 | int4");
   cmd->add_option("--tokens", o->tokens, "Decode tokens per run (default 32)");
   cmd->add_option("--prompt", o->prompt, "Prompt tokens for prefill (default 128)");
@@ -613,8 +401,8 @@ void register_bench_commands(CLI::App& app) {
   cmd->add_option("--device", o->device, "cpu, cuda or cuda:N (default: VATIC_DEVICE, else the first GPU, else the CPU)");
   cmd->callback([o] {
     // Refuse bad options before the (seconds-long) bandwidth test.
-    if (!o->random.empty() && o->random != "e2b")
-      throw InvalidInput(fmt::format("--random: unknown shape \"{}\" (supported: e2b)", o->random));
+    if (!o->random.empty() && o->random != "e2b" && !fs::is_regular_file(o->random))
+      throw InvalidInput(fmt::format("--random: \"{}\" is neither e2b nor a config.json file", o->random));
     parse_quant_type(o->quantize, "--quantize");
     const Device dev = resolve_device(o->device);
     backend_for(dev).bind_thread();

@@ -23,6 +23,7 @@ ConfigSummary DecoderSpec::summary() const {
   s.vocab_size = vocab_size;
   s.num_layers = num_layers;
   s.num_experts = num_experts;
+  s.experts_per_token = top_k;
   s.kv_bytes_per_token = kv_bytes_per_token();
   return s;
 }

@@ -31,6 +31,7 @@ struct ConfigSummary {
   int64_t vocab_size = 0;
   int num_layers = 0;
   int num_experts = 0;             // routed experts (0 = dense)
+  int experts_per_token = 0;       // routed experts each token uses
   int64_t kv_bytes_per_token = 0;  // f32 K/V of the layers whose cache grows with the context
 };
 

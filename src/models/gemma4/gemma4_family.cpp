@@ -71,6 +71,7 @@ class Gemma4Family final : public ModelFamily {
     s.vocab_size = c.vocab_size;
     s.num_layers = c.num_layers;
     s.num_experts = c.enable_moe_block ? c.num_experts : 0;
+    s.experts_per_token = c.enable_moe_block ? c.top_k_experts : 0;
     s.kv_bytes_per_token = asst ? 0 : c.kv_bytes_per_token();  // the assistant reads its target's cache
     return s;
   }

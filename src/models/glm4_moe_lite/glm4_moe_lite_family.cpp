@@ -22,6 +22,7 @@ class Glm4MoeLiteFamily final : public ModelFamily {
     s.vocab_size = c.vocab_size;
     s.num_layers = c.num_layers;
     s.num_experts = c.n_routed_experts;
+    s.experts_per_token = c.num_experts_per_tok;
     s.kv_bytes_per_token = c.kv_bytes_per_token();
     return s;
   }

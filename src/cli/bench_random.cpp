@@ -1,0 +1,290 @@
+#include "cli/bench_random.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <map>
+#include <numeric>
+#include <random>
+#include <set>
+#include <system_error>
+#include <vector>
+
+#include "models/registry.h"
+#include "quant/policy.h"
+#include "util/error.h"
+
+namespace vatic::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+uint64_t fnv1a(const std::string& s) {
+  uint64_t h = 0xcbf29ce484222325ull;
+  for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
+  return h;
+}
+
+Tensor constant_bf16(const Shape& shape, float v) {
+  Tensor t = Tensor::empty(shape, DType::BF16);
+  std::fill(t.data<uint16_t>(), t.data<uint16_t>() + t.numel(), f32_to_bf16(v));
+  return t;
+}
+
+fs::path cache_root() {
+  if (const char* c = std::getenv("VATIC_CACHE"); c && *c) return fs::path(c) / "bench";
+  if (const char* h = std::getenv("HOME"); h && *h) return fs::path(h) / ".cache" / "vatic" / "bench";
+  return fs::temp_directory_path() / "vatic-bench";
+}
+
+void write_json(const fs::path& p, const json& j) {
+  std::ofstream f(p);
+  f << j.dump(2) << "\n";
+  if (!f) throw InvalidInput(fmt::format("cannot write {}", p.string()));
+}
+
+// Writes a checkpoint into a fresh folder beside `dir` and renames it into place, so that an interrupted run
+// leaves no half-written checkpoint that a later run would take for a complete one.
+void publish(const fs::path& dir, const std::vector<NamedTensor>& tensors, const std::map<std::string, std::string>& meta,
+             const json& config) {
+  fs::create_directories(dir.parent_path());
+  const fs::path tmp = dir.parent_path() / (dir.filename().string() + ".partial");
+  fs::remove_all(tmp);
+  fs::create_directories(tmp);
+  write_safetensors(tmp / "model.safetensors", tensors, meta);
+  write_json(tmp / "config.json", config);
+  fs::remove_all(dir);
+  fs::rename(tmp, dir);
+}
+
+json& text_of(json& config) { return config.contains("text_config") ? config["text_config"] : config; }
+const json& text_of(const json& config) { return config.contains("text_config") ? config["text_config"] : config; }
+
+}  // namespace
+
+Tensor random_bf16(const Shape& shape, float std, uint64_t seed) {
+  Tensor t = Tensor::empty(shape, DType::BF16);
+  uint16_t* p = t.data<uint16_t>();
+  const int64_t n = t.numel();
+  const float a = std * 1.7320508f;
+#pragma omp parallel for schedule(static)
+  for (int64_t i = 0; i < n; i++) {
+    const uint64_t r = splitmix(seed * 0x100000001b3ull + static_cast<uint64_t>(i));
+    p[i] = f32_to_bf16((static_cast<float>(r >> 40) / 16777216.0f * 2.0f - 1.0f) * a);
+  }
+  return t;
+}
+
+json cut_to_layers(json config, int layers) {
+  json& t = text_of(config);
+  const int total = t.value("num_hidden_layers", 0);
+  if (layers <= 0 || layers == total) return config;
+  if (layers > total)
+    throw InvalidInput(fmt::format("--layers {}: the model has {} layers", layers, total));
+  t["num_hidden_layers"] = layers;
+  if (t.contains("first_k_dense_replace") && t["first_k_dense_replace"].is_number_integer())
+    t["first_k_dense_replace"] = std::min(t["first_k_dense_replace"].get<int>(), layers);
+  // Per-layer lists (layer_types, mlp_layer_types, ...): their first `layers` entries.
+  for (auto& [key, value] : t.items())
+    if (value.is_array() && value.size() == static_cast<size_t>(total))
+      value.erase(value.begin() + layers, value.end());
+  if (!t.contains("layer_types") || !t["layer_types"].is_array()) return config;
+  const std::vector<std::string> types = t["layer_types"].get<std::vector<std::string>>();
+  const int shared = t.value("num_kv_shared_layers", 0);
+  if (shared > 0) {
+    // The same share of KV-shared layers, after at least one layer of each type that owns its cache.
+    int s = static_cast<int>(std::lround(static_cast<double>(shared) * layers / total));
+    const std::set<std::string> all(types.begin(), types.end());
+    for (; s > 0; s--) {
+      const std::set<std::string> owners(types.begin(), types.end() - s);
+      if (owners == all) break;
+    }
+    t["num_kv_shared_layers"] = s;
+  }
+  return config;
+}
+
+json gemma4_assistant_config_for(const json& target) {
+  const json& t = text_of(target);
+  const json ple = t.contains("hidden_size_per_layer_input") ? t["hidden_size_per_layer_input"] : json();
+  const bool small = ple.is_number_integer() && ple.get<int>() > 0;
+  json tc;
+  // What the assistant's layers share with the target's cache, and the target's vocabulary and output.
+  for (const char* k : {"head_dim", "global_head_dim", "num_key_value_heads", "num_global_key_value_heads",
+                        "attention_k_eq_v", "attention_bias", "sliding_window", "rope_parameters",
+                        "final_logit_softcapping", "vocab_size", "rms_norm_eps", "hidden_activation",
+                        "max_position_embeddings", "bos_token_id", "eos_token_id", "pad_token_id"})
+    if (t.contains(k)) tc[k] = t[k];
+  tc["model_type"] = "gemma4_text";
+  tc["hidden_size"] = small ? 256 : 1024;
+  tc["intermediate_size"] = small ? 2048 : 8192;
+  tc["num_attention_heads"] = small ? 4 : t.value("num_attention_heads", 8);
+  tc["num_hidden_layers"] = 4;
+  tc["layer_types"] = {"sliding_attention", "sliding_attention", "sliding_attention", "full_attention"};
+  tc["num_kv_shared_layers"] = 4;
+  tc["enable_moe_block"] = false;
+  tc["use_double_wide_mlp"] = false;
+  tc["hidden_size_per_layer_input"] = 0;
+  tc["vocab_size_per_layer_input"] = 0;
+  tc["tie_word_embeddings"] = true;
+  // Per-layer head geometry (configs that set it per layer): each assistant layer reads the cache of the target's
+  // last layer of its type, so it takes that layer's.
+  if (t.contains("per_layer_config") && t["per_layer_config"].is_object() && t.contains("layer_types")) {
+    const auto target_types = t["layer_types"].get<std::vector<std::string>>();
+    const auto types = tc["layer_types"].get<std::vector<std::string>>();
+    json plc = json::object();
+    for (size_t i = 0; i < types.size(); i++)
+      for (size_t j = target_types.size(); j-- > 0;)
+        if (target_types[j] == types[i]) {
+          if (t["per_layer_config"].contains(std::to_string(j)))
+            plc[std::to_string(i)] = t["per_layer_config"][std::to_string(j)];
+          break;
+        }
+    if (!plc.empty()) tc["per_layer_config"] = plc;
+  }
+  // The centroid head: 2048 clusters of the vocabulary, 32 taken (fewer for small vocabularies, 8 tokens or more
+  // per cluster).
+  const int64_t V = t.value("vocab_size", 0);
+  int64_t clusters = 2048;
+  while (clusters > 1 && (V % clusters != 0 || V / clusters < 8)) clusters /= 2;
+  json c;
+  c["architectures"] = {"Gemma4AssistantForCausalLM"};
+  c["model_type"] = "gemma4_assistant";
+  c["backbone_hidden_size"] = t.value("hidden_size", 0);
+  c["use_ordered_embeddings"] = small;
+  c["num_centroids"] = small ? clusters : 0;
+  c["centroid_intermediate_top_k"] = small ? std::max<int64_t>(1, clusters / 64) : 0;
+  c["tie_word_embeddings"] = true;
+  c["text_config"] = tc;
+  return c;
+}
+
+fs::path ensure_random_checkpoint(const json& config, const std::string& label) {
+  const fs::path dir = cache_root() / fmt::format("{}-{:016x}", label, fnv1a(config.dump()));
+  if (fs::exists(dir / "model.safetensors") && fs::exists(dir / "config.json")) return dir;
+  const ModelFamily& family = family_of(config, label);
+  // One layout of each tensor: families that accept several (stacked or per-expert weights) get their first.
+  const std::vector<ExpectedTensor> expected =
+      family.expected_tensors(config, label, [](const std::string&) { return false; });
+  std::fprintf(stderr, "writing a random-weight %s checkpoint (%zu tensors) to %s ...\n", label.c_str(),
+               expected.size(), dir.c_str());
+  std::vector<NamedTensor> ts;
+  uint64_t seed = fnv1a(label);
+  for (const ExpectedTensor& e : expected) {
+    if (e.name.ends_with("token_ordering")) {  // the assistant's vocabulary order: a permutation
+      const int64_t V = e.shape.at(0);
+      std::vector<int64_t> order(static_cast<size_t>(V));
+      std::iota(order.begin(), order.end(), 0);
+      std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+      Tensor t = Tensor::empty({V}, DType::I64);
+      std::copy(order.begin(), order.end(), t.data<int64_t>());
+      ts.push_back({e.name, t});
+    } else if (e.shape.size() == 1) {  // norms, scales and scalars at 1; biases at 0
+      ts.push_back({e.name, constant_bf16(e.shape, e.name.find("bias") != std::string::npos ? 0.0f : 1.0f)});
+    } else {
+      ts.push_back({e.name, random_bf16(e.shape, 0.02f, ++seed)});
+    }
+  }
+  publish(dir, ts, {{"format", "pt"}}, config);
+  return dir;
+}
+
+fs::path quantized_copy(const fs::path& src, QuantType type, int group, bool draft) {
+  const fs::path dir =
+      src.parent_path() / fmt::format("{}-{}-g{}", src.filename().string(), quant_type_name(type), group);
+  if (fs::exists(dir / "model.safetensors")) return dir;
+  std::fprintf(stderr, "quantizing %s to %s ...\n", src.c_str(), quant_type_name(type));
+  const json cj = json::parse(std::ifstream(src / "config.json"));
+  const TensorStore store(src);
+  const QuantPolicyContext ctx = family_of(cj, src.string()).quant_context(cj, src.string(), draft);
+  const bool tied = text_of(cj).value("tie_word_embeddings", cj.value("tie_word_embeddings", false));
+  std::vector<std::string> names = store.names();
+  std::vector<std::vector<NamedTensor>> parts(names.size());
+  std::vector<std::string> specs(names.size());
+#pragma omp parallel for schedule(dynamic)
+  for (size_t i = 0; i < names.size(); i++) {
+    const std::string& name = names[i];
+    Tensor t = store.get(name);
+    QuantDecision d = decide_quantization(name, t.shape(), type, group, ctx);
+    if (d.type == QuantType::None || (tied && name.ends_with("embed_tokens.weight"))) {
+      parts[i].push_back({name, t});
+      continue;
+    }
+    QuantizedTensor q = quantize(t, quant_bits(d.type), d.group_size);
+    const std::string base = quant_base_name(name);
+    parts[i].push_back({name, q.packed});
+    parts[i].push_back({base + ".scales", q.scales});
+    parts[i].push_back({base + ".biases", q.biases});
+    specs[i] = fmt::format("{}:{}", quant_type_name(d.type), d.group_size);
+  }
+  std::vector<NamedTensor> all;
+  std::map<std::string, std::string> meta{{"format", "pt"}};
+  std::string uniform;
+  bool mixed = false;
+  for (size_t i = 0; i < names.size(); i++) {
+    for (auto& nt : parts[i]) all.push_back(std::move(nt));
+    if (!specs[i].empty()) {
+      meta[names[i]] = specs[i];
+      if (uniform.empty()) uniform = specs[i];
+      mixed = mixed || uniform != specs[i];
+    }
+  }
+  if (!uniform.empty() && !mixed) {
+    meta["quantization"] = uniform.substr(0, uniform.find(':'));
+    meta["group_size"] = uniform.substr(uniform.find(':') + 1);
+  }
+  publish(dir, all, meta, cj);
+  return dir;
+}
+
+double decode_weight_bytes(const TensorStore& store, const json& config) {
+  const ConfigSummary s = family_of(config, "config.json").summary(config, "config.json");
+  const double expert_share = s.num_experts > 0 ? static_cast<double>(s.experts_per_token) / s.num_experts : 1.0;
+  const bool untied_head = store.has("lm_head.weight");
+  double b = 0;
+  for (const auto& n : store.names()) {
+    const Tensor t = store.get(n);
+    const double bytes = static_cast<double>(t.nbytes());
+    // Layers past the model's own: an MTP layer, read only when it drafts.
+    const size_t at = n.find("layers.");
+    if (at != std::string::npos && (at == 0 || n[at - 1] == '.')) {
+      const int layer = std::atoi(n.c_str() + at + 7);
+      if (layer >= s.num_layers) continue;
+    }
+    const bool row_read = n.find("embed_tokens_per_layer") != std::string::npos ||
+                          (untied_head && n.find("embed_tokens") != std::string::npos);
+    if (row_read)
+      b += bytes / static_cast<double>(t.dim(0));
+    else if (n.find(".experts.") != std::string::npos)
+      b += bytes * expert_share;
+    else
+      b += bytes;
+  }
+  return b;
+}
+
+double drafter_step_bytes(const TensorStore& store, const json& config) {
+  double b = 0;
+  for (const auto& n : store.names()) {
+    const Tensor t = store.get(n);
+    if (n.ends_with("embed_tokens.weight")) {
+      const int64_t nc = config.value("num_centroids", 0), k = config.value("centroid_intermediate_top_k", 0);
+      const bool centroids = config.value("use_ordered_embeddings", nc > 0) && nc > 0;
+      b += centroids ? static_cast<double>(t.nbytes()) * k / nc : static_cast<double>(t.nbytes());
+    } else if (n != "masked_embedding.token_ordering") {
+      b += static_cast<double>(t.nbytes());
+    }
+  }
+  return b;
+}
+
+}  // namespace vatic::cli

@@ -78,7 +78,10 @@ json e2b_like_config(int layers) {
   tc["num_attention_heads"] = 8;
   tc["num_hidden_layers"] = layers;
   tc["num_key_value_heads"] = 1;
-  tc["num_kv_shared_layers"] = layers * 2 / 5;  // E2B: 20 of 35 (4/7); 4 of 10 keeps an owner of each type
+  // 2/5 of the layers share KV (the released E2B: 20 of 35), after a full-attention layer that owns its cache.
+  int shared = layers * 2 / 5;
+  while (shared > 0 && layers - shared < 5) shared--;
+  tc["num_kv_shared_layers"] = shared;
   tc["rms_norm_eps"] = 1e-6;
   tc["rope_parameters"] = {
       {"full_attention", {{"partial_rotary_factor", 0.25}, {"rope_theta", 1000000.0}, {"rope_type", "proportional"}}},

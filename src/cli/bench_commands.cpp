@@ -264,22 +264,38 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
     }
   }
 
+  // The drafter: a DRAFT model, or the one the target carries (GLM's MTP layer).
+  std::unique_ptr<Drafter> drafter;
+  double dbytes = 0;
   if (dsrc) {
-    auto drafter = load_drafter(*lm, dsrc.get());
-    auto dweights = open_weights(*dsrc);
-    json dcfg = json::parse(std::ifstream(dsrc->config));
-    const double dbytes = drafter_step_bytes(*dweights, dcfg);
+    drafter = load_drafter(*lm, dsrc.get());
+    dbytes = drafter_step_bytes(*open_weights(*dsrc), read_model_config(*dsrc));
+  } else if (o.draft != "none") {
+    drafter = load_drafter(*lm, nullptr);
+    dbytes = builtin_drafter_step_bytes(*weights, read_model_config(src));
+  }
+  if (drafter) {
+    const int64_t P = static_cast<int64_t>(prompt.size());
+    if (drafter->wants_hidden()) {  // it keeps its own cache of the sequence: give it the prompt's hidden rows
+      auto hst = lm->new_state();
+      ForwardResult h = lm->forward(*hst, prompt, 1, true);
+      drafter->observe(prompt, h.hidden, 0);
+    }
     st->restore(snap);
     auto choose = [&](const Tensor& logits) { return best_token(logits); };
     double t_draft1 = best_of(std::max(o.reps, 5), [&] {
       auto t0 = Clock::now();
       drafter->draft(*st, first, r.hidden, 1, choose);
-      return seconds_since(t0);
+      const double t = seconds_since(t0);
+      drafter->rewind(P);
+      return t;
     });
     double t_draft4 = best_of(std::max(o.reps, 3), [&] {
       auto t0 = Clock::now();
       drafter->draft(*st, first, r.hidden, 4, choose);
-      return seconds_since(t0) / 4;
+      const double t = seconds_since(t0) / 4;
+      drafter->rewind(P);
+      return t;
     });
     std::printf("drafter step (%s): %.3f ms (1 step), %.3f ms/step over 4; %.1f MB read/step; "
                 "ratio to a target step %.3f\n",
@@ -288,13 +304,14 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
     // Random weights are never accepted, so speculation's speed at a given acceptance is measured by forcing it:
     // real rounds (K draft steps, one verification over K+1 tokens, cache rewind) that keep n drafts, i.e. emit
     // n + 1 tokens per round.
-    if (o.forced_depth > 0 && !drafter->wants_hidden()) {
+    if (o.forced_depth > 0) {
       const int K = o.forced_depth, rounds = std::max(8, o.tokens / 4);
       std::printf("speculative rounds at depth %d with n drafts forced accepted (plain decode %.1f tok/s):\n", K,
                   1.0 / t_decode);
       for (int n = 1; n <= std::min(K, 5); n++) {
         double t = best_of(o.reps, [&] {
           st->restore(snap);
+          drafter->rewind(P);
           int32_t tok = first;
           Tensor hidden = r.hidden;
           auto t0 = Clock::now();
@@ -308,6 +325,10 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
             ForwardResult vr = lm->forward(*st, verify, K + 1);
             const int32_t bonus = best_token(vr.logits.slice(0, n, n + 1));
             st->rewind(base + 1 + n);
+            drafter->rewind(base);
+            if (drafter->wants_hidden())
+              drafter->observe(std::vector<int32_t>(verify.begin(), verify.begin() + n + 1), vr.hidden.slice(0, 0, n + 1),
+                               base);
             hidden = vr.hidden.slice(0, n, n + 1);
             tok = bonus;
           }

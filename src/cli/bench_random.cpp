@@ -246,6 +246,17 @@ fs::path quantized_copy(const fs::path& src, QuantType type, int group, bool dra
   return dir;
 }
 
+namespace {
+
+// The layer a tensor name belongs to (…layers.N.…), or -1.
+int layer_of(const std::string& n) {
+  const size_t at = n.find("layers.");
+  if (at == std::string::npos || (at > 0 && n[at - 1] != '.')) return -1;
+  return std::atoi(n.c_str() + at + 7);
+}
+
+}  // namespace
+
 double decode_weight_bytes(const TensorStore& store, const json& config) {
   const ConfigSummary s = family_of(config, "config.json").summary(config, "config.json");
   const double expert_share = s.num_experts > 0 ? static_cast<double>(s.experts_per_token) / s.num_experts : 1.0;
@@ -254,12 +265,7 @@ double decode_weight_bytes(const TensorStore& store, const json& config) {
   for (const auto& n : store.names()) {
     const Tensor t = store.get(n);
     const double bytes = static_cast<double>(t.nbytes());
-    // Layers past the model's own: an MTP layer, read only when it drafts.
-    const size_t at = n.find("layers.");
-    if (at != std::string::npos && (at == 0 || n[at - 1] == '.')) {
-      const int layer = std::atoi(n.c_str() + at + 7);
-      if (layer >= s.num_layers) continue;
-    }
+    if (layer_of(n) >= s.num_layers) continue;  // an MTP layer, read only when it drafts
     const bool row_read = n.find("embed_tokens_per_layer") != std::string::npos ||
                           (untied_head && n.find("embed_tokens") != std::string::npos);
     if (row_read)
@@ -268,6 +274,24 @@ double decode_weight_bytes(const TensorStore& store, const json& config) {
       b += bytes * expert_share;
     else
       b += bytes;
+  }
+  return b;
+}
+
+double builtin_drafter_step_bytes(const TensorStore& store, const json& config) {
+  const ConfigSummary s = family_of(config, "config.json").summary(config, "config.json");
+  const double expert_share = s.num_experts > 0 ? static_cast<double>(s.experts_per_token) / s.num_experts : 1.0;
+  const bool untied_head = store.has("lm_head.weight");
+  double b = 0;
+  for (const auto& n : store.names()) {
+    const Tensor t = store.get(n);
+    const double bytes = static_cast<double>(t.nbytes());
+    if (layer_of(n) >= s.num_layers)
+      b += n.find(".experts.") != std::string::npos ? bytes * expert_share : bytes;
+    else if (n.starts_with("lm_head"))
+      b += bytes;
+    else if (layer_of(n) < 0 && n.find("embed_tokens") != std::string::npos)
+      b += untied_head ? bytes / static_cast<double>(t.dim(0)) : bytes;
   }
   return b;
 }

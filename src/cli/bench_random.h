@@ -43,4 +43,8 @@ double decode_weight_bytes(const TensorStore& store, const json& config);
 // top-k clusters' rows of its embedding (all of it for a dense head).
 double drafter_step_bytes(const TensorStore& store, const json& config);
 
+// Bytes of weights one step of a drafter the target carries (GLM's MTP layers: the layers past the model's own)
+// reads: those layers (routed experts by their share), the LM head, one row of the token embedding.
+double builtin_drafter_step_bytes(const TensorStore& store, const json& config);
+
 }  // namespace vatic::cli

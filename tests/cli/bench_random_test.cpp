@@ -4,6 +4,7 @@
 // valid, and the decode byte count follows the rules it states.
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,30 @@ TEST_F(BenchRandom, GeneratedModelsLoadAndTheirAssistantsFit) {
     drafter->draft(*st, 13, r.hidden, 3, [&](const Tensor&) { return static_cast<int32_t>(20 + drafted++); });
     EXPECT_EQ(drafted, 3);
   }
+}
+
+TEST_F(BenchRandom, GlmCheckpointsCarryTheirMtpLayer) {
+  json config = read(fixture("glm4-moe-lite-tiny") / "config.json");
+  config["num_nextn_predict_layers"] = 1;
+  const fs::path d = ensure_random_checkpoint(config, "glm-mtp");
+  const TensorStore ts(d);
+  const std::string p = "model.layers." + std::to_string(config["num_hidden_layers"].get<int>()) + ".";
+  EXPECT_TRUE(ts.has(p + "eh_proj.weight"));
+  EXPECT_TRUE(ts.has(p + "mlp.gate.weight")) << "the MTP layer is a MoE layer";
+  auto lm = load_language_model(ModelSource::from_directory(d), Device::CPU);
+  auto drafter = load_drafter(*lm, nullptr);
+  ASSERT_TRUE(drafter);
+  EXPECT_TRUE(drafter->wants_hidden());
+  auto st = lm->new_state();
+  const std::vector<int32_t> prompt = {2, 10, 11, 12};
+  const ForwardResult r = lm->forward(*st, prompt, 1, true);
+  drafter->observe(prompt, r.hidden, 0);
+  int drafted = 0;
+  const auto rows = drafter->draft(*st, 13, r.hidden.slice(0, 3, 4), 2, [&](const Tensor& logits) {
+    for (float x : ops::to_vector(logits)) EXPECT_TRUE(std::isfinite(x));
+    return static_cast<int32_t>(20 + drafted++);
+  });
+  EXPECT_EQ(drafted, 2);
 }
 
 TEST_F(BenchRandom, ReleasedConfigsCutToFewerLayers) {

@@ -36,8 +36,7 @@ class Glm4MoeLiteFamily final : public ModelFamily {
     e.push_back({"model.embed_tokens.weight", {V, H}});
     e.push_back({"model.norm.weight", {H}});
     if (!c.tie_word_embeddings) e.push_back({"lm_head.weight", {V, H}});
-    for (int i = 0; i < c.num_layers; ++i) {
-      const std::string p = c.layer_prefix(i);
+    auto layer = [&](const std::string& p, bool moe) {
       e.push_back({p + "input_layernorm.weight", {H}});
       e.push_back({p + "post_attention_layernorm.weight", {H}});
       if (c.q_lora_rank) {
@@ -52,13 +51,27 @@ class Glm4MoeLiteFamily final : public ModelFamily {
       e.push_back(
           {p + "self_attn.kv_b_proj.weight", {nh * (c.qk_nope_head_dim + c.v_head_dim), c.kv_lora_rank}});
       e.push_back({p + "self_attn.o_proj.weight", {H, nh * c.v_head_dim}});
-      if (!c.is_moe(i)) {
+      if (!moe) {
         blocks::expect_mlp(p + "mlp.", c.intermediate_size, H, e);
-        continue;
+        return;
       }
       const int64_t I = c.moe_intermediate_size;
       blocks::expect_routed_moe(p + "mlp.", c.n_routed_experts, I, H, RouteParams::Sigmoid, has, e);
       if (c.n_shared_experts > 0) blocks::expect_mlp(p + "mlp.shared_experts.", I * c.n_shared_experts, H, e);
+    };
+    for (int i = 0; i < c.num_layers; ++i) layer(c.layer_prefix(i), c.is_moe(i));
+    // The MTP layers after them (optional: checkpoints converted without them have no drafter): a decoder layer
+    // (MoE unless its tensors say dense) behind the token/hidden norms and their projection, and a head norm; the
+    // token embedding and the head are the model's own.
+    for (int i = c.num_layers; i < c.num_layers + c.num_nextn_predict_layers; ++i) {
+      const std::string p = c.layer_prefix(i);
+      const size_t first = e.size();
+      e.push_back({p + "enorm.weight", {H}});
+      e.push_back({p + "hnorm.weight", {H}});
+      e.push_back({p + "eh_proj.weight", {H, 2 * H}});
+      e.push_back({p + "shared_head.norm.weight", {H}});
+      layer(p, has(p + "mlp.gate.weight") || (!has(p + "mlp.gate_proj.weight") && c.n_routed_experts > 0));
+      for (size_t j = first; j < e.size(); j++) e[j].optional = true;
     }
     return e;
   }

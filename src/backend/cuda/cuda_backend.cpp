@@ -420,20 +420,22 @@ class CudaBackend final : public Backend {
     check_launch("embedding");
   }
 
+  // A norm's weight as contiguous F32 (converted when stored otherwise); undefined without one.
+  Tensor norm_weight(const Tensor* w, int64_t D, const char* op) {
+    if (!w) return Tensor();
+    VATIC_CHECK(w->numel() == D, "{} weight {} for rows of {}", op, w->describe(), D);
+    if (w->dtype() == DType::F32 && w->is_contiguous()) return *w;
+    Tensor wf = empty(w->shape(), DType::F32);
+    copy(*w, wf);
+    return wf;
+  }
+
   void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
     Timed timed_(*this, "rms_norm");
     VATIC_CHECK(x.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32, "rms_norm expects contiguous F32");
     const int64_t D = x.dim(-1), R = x.numel() / std::max<int64_t>(D, 1);
     bind();
-    Tensor wf;
-    if (w) {
-      VATIC_CHECK(w->numel() == D, "rms_norm weight {} for rows of {}", w->describe(), D);
-      wf = *w;
-      if (wf.dtype() != DType::F32 || !wf.is_contiguous()) {
-        wf = empty(w->shape(), DType::F32);
-        copy(*w, wf);
-      }
-    }
+    const Tensor wf = norm_weight(w, D, "rms_norm");
     cuda::rms_norm(x.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, y.data<float>(), stream_);
     check_launch("rms_norm");
   }
@@ -446,15 +448,7 @@ class CudaBackend final : public Backend {
                 "add_rms_norm expects contiguous F32 of one shape, got {} and {}", x.describe(), f.describe());
     const int64_t D = f.dim(-1), R = f.numel() / std::max<int64_t>(D, 1);
     bind();
-    Tensor wf;
-    if (w) {
-      VATIC_CHECK(w->numel() == D, "add_rms_norm weight {} for rows of {}", w->describe(), D);
-      wf = *w;
-      if (wf.dtype() != DType::F32 || !wf.is_contiguous()) {
-        wf = empty(w->shape(), DType::F32);
-        copy(*w, wf);
-      }
-    }
+    const Tensor wf = norm_weight(w, D, "add_rms_norm");
     cuda::add_rms_norm(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, scale,
                        y.data<float>(), stream_);
     check_launch("add_rms_norm");

@@ -93,12 +93,24 @@ json cut_to_layers(json config, int layers) {
   t["num_hidden_layers"] = layers;
   if (t.contains("first_k_dense_replace") && t["first_k_dense_replace"].is_number_integer())
     t["first_k_dense_replace"] = std::min(t["first_k_dense_replace"].get<int>(), layers);
+  // Per-layer settings of the layers that go.
+  if (t.contains("per_layer_config") && t["per_layer_config"].is_object()) {
+    json kept = json::object();
+    for (auto& [key, value] : t["per_layer_config"].items())
+      if (std::atoi(key.c_str()) < layers) kept[key] = value;
+    t["per_layer_config"] = kept;
+  }
   // Per-layer lists (layer_types, mlp_layer_types, ...): their first `layers` entries.
   for (auto& [key, value] : t.items())
     if (value.is_array() && value.size() == static_cast<size_t>(total))
       value.erase(value.begin() + layers, value.end());
   if (!t.contains("layer_types") || !t["layer_types"].is_array()) return config;
-  const std::vector<std::string> types = t["layer_types"].get<std::vector<std::string>>();
+  // The last layer attends to the whole context whatever its listed type (as transformers runs Gemma 4); say so.
+  std::vector<std::string> types = t["layer_types"].get<std::vector<std::string>>();
+  if (config_architecture(config, "config.json").starts_with("Gemma4") && !types.empty()) {
+    types.back() = "full_attention";
+    t["layer_types"] = types;
+  }
   const int shared = t.value("num_kv_shared_layers", 0);
   if (shared > 0) {
     // The same share of KV-shared layers, after at least one layer of each type that owns its cache.

@@ -154,6 +154,12 @@ TEST_F(BenchRandom, ReleasedConfigsCutToFewerLayers) {
     EXPECT_EQ(cut_to_layers(full, 0), full);
     EXPECT_THROW(cut_to_layers(full, 1000), InvalidInput);
   }
+  // Per-layer settings of the layers cut away go too (the fixtures set head geometry per layer).
+  for (const char* m : {"gemma4-moe-tiny", "gemma4-e2b-tiny"}) {
+    SCOPED_TRACE(m);
+    const json cut = cut_to_layers(read(fixture(m) / "config.json"), 2);
+    EXPECT_NO_THROW(family_of(cut, m).summary(cut, m));
+  }
 }
 
 TEST_F(BenchRandom, DecodeBytesCountWhatAStepReads) {

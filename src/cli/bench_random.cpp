@@ -267,21 +267,22 @@ int layer_of(const std::string& n) {
   return std::atoi(n.c_str() + at + 7);
 }
 
-}  // namespace
-
-double decode_weight_bytes(const TensorStore& store, const json& config) {
+// Bytes one step reads: the model's own decode step, or (`mtp`) a step of the drafter it carries, which reads the
+// layers past the model's own, the LM head and a row of the token embedding.
+double step_bytes(const TensorStore& store, const json& config, bool mtp) {
   const ConfigSummary s = family_of(config, "config.json").summary(config, "config.json");
   const double expert_share = s.num_experts > 0 ? static_cast<double>(s.experts_per_token) / s.num_experts : 1.0;
   const bool untied_head = store.has("lm_head.weight");
   double b = 0;
   for (const auto& n : store.names()) {
+    const int layer = layer_of(n);
+    if (layer >= 0 && (layer >= s.num_layers) != mtp) continue;  // each step reads its own layers
+    const bool embedding = layer < 0 && n.find("embed_tokens") != std::string::npos;
+    if (mtp && layer < 0 && !embedding && !n.starts_with("lm_head")) continue;
     const Tensor t = store.get(n);
     const double bytes = static_cast<double>(t.nbytes());
-    if (layer_of(n) >= s.num_layers) continue;  // an MTP layer, read only when it drafts
-    const bool row_read = n.find("embed_tokens_per_layer") != std::string::npos ||
-                          (untied_head && n.find("embed_tokens") != std::string::npos);
-    if (row_read)
-      b += bytes / static_cast<double>(t.dim(0));
+    if (n.find("embed_tokens_per_layer") != std::string::npos || (untied_head && embedding))
+      b += bytes / static_cast<double>(t.dim(0));  // read by row
     else if (n.find(".experts.") != std::string::npos)
       b += bytes * expert_share;
     else
@@ -290,22 +291,12 @@ double decode_weight_bytes(const TensorStore& store, const json& config) {
   return b;
 }
 
+}  // namespace
+
+double decode_weight_bytes(const TensorStore& store, const json& config) { return step_bytes(store, config, false); }
+
 double builtin_drafter_step_bytes(const TensorStore& store, const json& config) {
-  const ConfigSummary s = family_of(config, "config.json").summary(config, "config.json");
-  const double expert_share = s.num_experts > 0 ? static_cast<double>(s.experts_per_token) / s.num_experts : 1.0;
-  const bool untied_head = store.has("lm_head.weight");
-  double b = 0;
-  for (const auto& n : store.names()) {
-    const Tensor t = store.get(n);
-    const double bytes = static_cast<double>(t.nbytes());
-    if (layer_of(n) >= s.num_layers)
-      b += n.find(".experts.") != std::string::npos ? bytes * expert_share : bytes;
-    else if (n.starts_with("lm_head"))
-      b += bytes;
-    else if (layer_of(n) < 0 && n.find("embed_tokens") != std::string::npos)
-      b += untied_head ? bytes / static_cast<double>(t.dim(0)) : bytes;
-  }
-  return b;
+  return step_bytes(store, config, true);
 }
 
 double drafter_step_bytes(const TensorStore& store, const json& config) {

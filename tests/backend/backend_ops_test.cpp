@@ -299,6 +299,10 @@ TEST(Attention, MatchesDoubleReference) {
                                        {4, 19, 4, 2, 33, 17, 0, 0},     {5, 40, 8, 1, 64, 64, 8, 0},
                                        {3, 30, 6, 3, 48, 48, 0, 4},     {7, 25, 4, 1, 20, 20, 5, 3},
                                        {2, 12, 2, 2, 512, 512, 3, 2},
+                                       // decode over many keys: whole and partial blocks of 8 / 16 keys, head
+                                       // sizes that are not a multiple of the vector width, ring-like gaps
+                                       {1, 150, 4, 1, 64, 64, 128, 0},  {1, 263, 4, 1, 128, 128, 0, 7},
+                                       {3, 77, 6, 2, 72, 200, 0, 0},    {15, 90, 8, 2, 36, 13, 40, 5},
                                        // 16 queries and more: blocked Q·Kᵀ and P·V (one thread, then threads)
                                        {16, 16, 2, 1, 16, 16, 0, 0},    {21, 40, 4, 2, 33, 17, 6, 3},
                                        {37, 37, 3, 1, 64, 48, 0, 5},    {40, 300, 8, 2, 64, 64, 0, 3},

@@ -361,45 +361,65 @@ class CpuBackend final : public Backend {
     const int64_t group = Hq / Hkv;
     const auto& kk = kernels();
     if (T >= kAttnQueryBlock && S > 0) return attention_blocked(q, k, v, qp, kp, p, out, group);
+    // Decode and short verification: per query and KV head, the visible keys are listed once, then the query heads
+    // of the group score all of them in one pass over the keys (kernels().dot_rows) and sum the values weighted by
+    // the softmax in one pass over the values (axpy_rows): each key and value row is read once for the group,
+    // instead of one dot call and one axpy call per head and key. Same masking and softmax (f32 scores, sum of the
+    // exponentials in double).
+    const float ninf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel if (T * Hq * S * D > kMinParallelWork)
     {
-      std::vector<float> sc(S);
-      std::vector<float> acc(Dv);
+      thread_local std::vector<const float*> krows, vrows;
+      thread_local std::vector<float> sc;
+      thread_local std::vector<double> sums;
+      krows.resize(S);
+      vrows.resize(S);
+      sc.resize(static_cast<size_t>(group * S));
+      sums.resize(group);
 #pragma omp for collapse(2) schedule(static)
       for (int64_t t = 0; t < T; t++) {
-        for (int64_t h = 0; h < Hq; h++) {
-          const float* qv = q.data<float>() + t * q.stride(0) + h * q.stride(1);
-          const int64_t kh = h / group;
+        for (int64_t kh = 0; kh < Hkv; kh++) {
           const int32_t pq = qp[t];
-          float mx = -std::numeric_limits<float>::infinity();
+          int64_t n = 0;
           for (int64_t s = 0; s < S; s++) {
             const int32_t pk = kp[s];
-            bool visible = pk >= 0 && pk <= pq && (p.window <= 0 || pq - pk < p.window);
-            if (!visible) {
-              sc[s] = -std::numeric_limits<float>::infinity();
-              continue;
-            }
-            sc[s] = p.scale * kk.dot_f32(qv, k.data<float>() + s * k.stride(0) + kh * k.stride(1), D);
-            mx = std::max(mx, sc[s]);
+            if (pk < 0 || pk > pq || (p.window > 0 && pq - pk >= p.window)) continue;
+            krows[n] = k.data<float>() + s * k.stride(0) + kh * k.stride(1);
+            vrows[n] = v.data<float>() + s * v.stride(0) + kh * v.stride(1);
+            n++;
           }
-          float* o = out.data<float>() + t * out.stride(0) + h * out.stride(1);
-          if (mx == -std::numeric_limits<float>::infinity()) {
-            std::fill(o, o + Dv, 0.0f);
+          float* o = out.data<float>() + t * out.stride(0) + kh * group * out.stride(1);
+          const int64_t ldo = out.stride(1);
+          if (n == 0) {
+            for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
             continue;
           }
-          double sum = 0;
-          for (int64_t s = 0; s < S; s++) {
-            float e = sc[s] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(sc[s] - mx);
-            sc[s] = e;
-            sum += e;
+          kk.dot_rows(q.data<float>() + t * q.stride(0) + kh * group * q.stride(1), q.stride(1), group, krows.data(),
+                      n, D, sc.data(), n);
+          for (int64_t g = 0; g < group; g++) {
+            float* r = sc.data() + g * n;
+            float mx = ninf;
+            for (int64_t j = 0; j < n; j++) {
+              r[j] *= p.scale;
+              mx = std::max(mx, r[j]);
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < n; j++) {
+              r[j] = mx == ninf ? 0.0f : std::exp(r[j] - mx);
+              sum += r[j];
+            }
+            sums[g] = sum;
           }
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int64_t s = 0; s < S; s++) {
-            if (sc[s] == 0.0f) continue;
-            kk.axpy(sc[s], v.data<float>() + s * v.stride(0) + kh * v.stride(1), acc.data(), Dv);
+          kk.axpy_rows(sc.data(), n, group, vrows.data(), n, Dv, o, ldo);
+          for (int64_t g = 0; g < group; g++) {
+            float* og = o + g * ldo;
+            if (sums[g] == 0.0) {
+              std::fill(og, og + Dv, 0.0f);
+              continue;
+            }
+            const float inv = static_cast<float>(1.0 / sums[g]);
+            for (int64_t i = 0; i < Dv; i++) og[i] *= inv;
           }
-          const float inv = static_cast<float>(1.0 / sum);
-          for (int64_t i = 0; i < Dv; i++) o[i] = acc[i] * inv;
         }
       }
     }

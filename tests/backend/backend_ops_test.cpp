@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -419,6 +420,25 @@ TEST(RmsNorm, WithAndWithoutWeight) {
       }
     }
   });
+}
+
+// The fused residual add of a normed branch gives exactly what rms_norm, add and scale give one after another.
+TEST(RmsNorm, AddRmsNormEqualsTheComposition) {
+  Backend& be = cpu_backend();
+  for (int64_t D : {1, 17, 256, 1537}) {
+    Tensor x = random_tensor({5, D}), f = random_tensor({5, D}, DType::F32, 3.0f);
+    Tensor wb = random_tensor({D}, DType::BF16), wf = random_tensor({D});
+    for (const Tensor* w : std::initializer_list<const Tensor*>{nullptr, &wb, &wf})
+      for (float s : {1.0f, 0.37f}) {
+        Tensor n = Tensor::empty({5, D}, DType::F32), want = Tensor::empty({5, D}, DType::F32);
+        be.rms_norm(f, w, 1e-6f, n);
+        be.add(x, n, want);
+        if (s != 1.0f) be.scale(want, s, want);
+        Tensor got = Tensor::empty({5, D}, DType::F32);
+        be.add_rms_norm(x, f, w, 1e-6f, s, got);
+        EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << "D=" << D << " s=" << s;
+      }
+  }
 }
 
 TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {

@@ -298,15 +298,27 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // The norm weight as f32: the tensor itself when it is contiguous F32, else converted into a per-thread buffer
+  // (a fresh vector and a dtype switch per element cost as much as the norm of a decode row).
+  static const float* norm_weight(const Tensor* w, int64_t D) {
+    if (!w) return nullptr;
+    VATIC_CHECK(w->numel() == D, "rms_norm weight {} for rows of {}", w->describe(), D);
+    if (w->dtype() == DType::F32 && w->is_contiguous()) return w->data<float>();
+    thread_local std::vector<float> wf;
+    wf.resize(D);
+    if (w->dtype() == DType::BF16 && w->is_contiguous()) {
+      const uint16_t* b = w->data<uint16_t>();
+      for (int64_t i = 0; i < D; i++) wf[i] = bf16_to_f32(b[i]);
+    } else {
+      for_each_element(*w, [&](const uint8_t* p, int64_t i) { wf[i] = load_scalar(*w, p); });
+    }
+    return wf.data();
+  }
+
   void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
     VATIC_CHECK(x.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32, "rms_norm expects contiguous F32");
     const int64_t D = x.dim(-1), R = x.numel() / D;
-    std::vector<float> wf;
-    if (w) {
-      VATIC_CHECK(w->numel() == D, "rms_norm weight {} for rows of {}", w->describe(), D);
-      wf.resize(D);
-      for_each_element(*w, [&](const uint8_t* p, int64_t i) { wf[i] = load_scalar(*w, p); });
-    }
+    const float* wf = norm_weight(w, D);
     const float* X = x.data<float>();
     float* Y = y.data<float>();
 #pragma omp parallel for schedule(static) if (R * D > 65536)
@@ -315,10 +327,37 @@ class CpuBackend final : public Backend {
       float* yr = Y + r * D;
       const double ss = kernels().sumsq(xr, D);  // f32 in the reference; double keeps our sum order from mattering
       float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
-      if (w)
+      if (wf)
         for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv * wf[i];
       else
         for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv;
+    }
+  }
+
+  // One pass instead of the default's rms_norm, add and scale (and the temporary between them), with the same
+  // arithmetic per element: y = (x + f·inv·w)·s.
+  void add_rms_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float s, const Tensor& y) override {
+    VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32 &&
+                    f.dtype() == DType::F32 && y.dtype() == DType::F32 && x.numel() == f.numel() &&
+                    y.numel() == f.numel(),
+                "add_rms_norm: x {} f {} y {}", x.describe(), f.describe(), y.describe());
+    const int64_t D = f.dim(-1), R = f.numel() / D;
+    const float* wf = norm_weight(w, D);
+    const float* X = x.data<float>();
+    const float* F = f.data<float>();
+    float* Y = y.data<float>();
+#pragma omp parallel for schedule(static) if (R * D > 65536)
+    for (int64_t r = 0; r < R; r++) {
+      const float* xr = X + r * D;
+      const float* fr = F + r * D;
+      float* yr = Y + r * D;
+      const double ss = kernels().sumsq(fr, D);
+      const float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
+      for (int64_t i = 0; i < D; i++) {
+        const float n = wf ? fr[i] * inv * wf[i] : fr[i] * inv;
+        const float v = xr[i] + n;
+        yr[i] = s != 1.0f ? v * s : v;
+      }
     }
   }
 

@@ -493,6 +493,20 @@ TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
       EXPECT_EQ(vals.data<float>()[r * 5 + i], A[r * D + order[i]]);
     }
   }
+  // k = 1 (greedy decoding's argmax) takes the first of equal maxima, as the sorted path does.
+  Tensor tied = Tensor::from_floats({1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 7.0f, 7.0f, 7.0f, -1.0f, -1.0f, -1.0f, -1.0f},
+                                    {3, 4});
+  Tensor v1 = Tensor::empty({3, 1}, DType::F32), i1 = Tensor::empty({3, 1}, DType::I32);
+  be.topk(tied, 1, v1, i1);
+  EXPECT_EQ(i1.data<int32_t>()[0], 1);
+  EXPECT_EQ(i1.data<int32_t>()[1], 1);
+  EXPECT_EQ(i1.data<int32_t>()[2], 0);
+  EXPECT_EQ(v1.data<float>()[0], 3.0f);
+  EXPECT_EQ(v1.data<float>()[1], 7.0f);
+  EXPECT_EQ(v1.data<float>()[2], -1.0f);
+  Tensor v5 = Tensor::empty({R, 1}, DType::F32), i5 = Tensor::empty({R, 1}, DType::I32);
+  be.topk(a, 1, v5, i5);
+  for (int64_t r = 0; r < R; r++) EXPECT_EQ(i5.data<int32_t>()[r], idx.data<int32_t>()[r * 5]);
 }
 
 // The vector tanh behind GELU, tanh, gated GELU and the soft-cap, on every ISA: lengths with tails, several

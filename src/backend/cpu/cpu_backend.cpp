@@ -684,6 +684,18 @@ class CpuBackend final : public Backend {
   void topk(const Tensor& a, int k, const Tensor& values, const Tensor& indices) override {
     const int64_t N = a.dim(-1), R = a.numel() / N;
     VATIC_CHECK(k > 0 && k <= N, "topk: k={} for rows of {}", k, N);
+    if (k == 1) {
+      // Greedy decoding's argmax: one scan, the first of equal maxima (as below), no index array to sort.
+      for (int64_t r = 0; r < R; r++) {
+        const float* x = a.data<float>() + r * N;
+        int64_t best = 0;
+        for (int64_t i = 1; i < N; i++)
+          if (x[i] > x[best]) best = i;
+        values.data<float>()[r] = x[best];
+        indices.data<int32_t>()[r] = static_cast<int32_t>(best);
+      }
+      return;
+    }
     std::vector<int32_t> idx(N);
     for (int64_t r = 0; r < R; r++) {
       const float* x = a.data<float>() + r * N;

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <new>
 
+#include "tensor/host_cache.h"
 #include "util/error.h"
 
 namespace vatic {
@@ -18,13 +19,10 @@ namespace {
 class HostStorage : public Storage {
  public:
   HostStorage(size_t bytes, bool zero) : Storage(nullptr, bytes, Device::CPU, false) {
-    size_t rounded = (bytes + 63) / 64 * 64;
-    if (rounded == 0) rounded = 64;
-    data_ = std::aligned_alloc(64, rounded);
-    if (!data_) throw std::bad_alloc();
-    if (zero) std::memset(data_, 0, rounded);
+    data_ = host_block_cache().allocate(bytes);
+    if (zero) std::memset(data_, 0, bytes);
   }
-  ~HostStorage() override { std::free(data_); }
+  ~HostStorage() override { host_block_cache().deallocate(data_, size_); }
 };
 }  // namespace
 

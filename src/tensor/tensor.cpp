@@ -58,7 +58,15 @@ Tensor Tensor::from_ints(const std::vector<int32_t>& values, const Shape& shape)
   return t;
 }
 
-bool Tensor::is_contiguous() const { return strides_ == contiguous_strides(shape_); }
+// Called by most operations on every input; compares in place rather than building the contiguous strides.
+bool Tensor::is_contiguous() const {
+  int64_t acc = 1;
+  for (int i = ndim() - 1; i >= 0; i--) {
+    if (strides_[i] != acc) return false;
+    acc *= shape_[i];
+  }
+  return true;
+}
 
 Tensor Tensor::reshape(const Shape& shape) const {
   VATIC_CHECK(is_contiguous(), "reshape of a non-contiguous tensor {}", describe());

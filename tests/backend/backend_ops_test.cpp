@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -299,6 +300,10 @@ TEST(Attention, MatchesDoubleReference) {
                                        {4, 19, 4, 2, 33, 17, 0, 0},     {5, 40, 8, 1, 64, 64, 8, 0},
                                        {3, 30, 6, 3, 48, 48, 0, 4},     {7, 25, 4, 1, 20, 20, 5, 3},
                                        {2, 12, 2, 2, 512, 512, 3, 2},
+                                       // decode over many keys: whole and partial blocks of 8 / 16 keys, head
+                                       // sizes that are not a multiple of the vector width, ring-like gaps
+                                       {1, 150, 4, 1, 64, 64, 128, 0},  {1, 263, 4, 1, 128, 128, 0, 7},
+                                       {3, 77, 6, 2, 72, 200, 0, 0},    {15, 90, 8, 2, 36, 13, 40, 5},
                                        // 16 queries and more: blocked Q·Kᵀ and P·V (one thread, then threads)
                                        {16, 16, 2, 1, 16, 16, 0, 0},    {21, 40, 4, 2, 33, 17, 6, 3},
                                        {37, 37, 3, 1, 64, 48, 0, 5},    {40, 300, 8, 2, 64, 64, 0, 3},
@@ -417,6 +422,25 @@ TEST(RmsNorm, WithAndWithoutWeight) {
   });
 }
 
+// The fused residual add of a normed branch gives exactly what rms_norm, add and scale give one after another.
+TEST(RmsNorm, AddRmsNormEqualsTheComposition) {
+  Backend& be = cpu_backend();
+  for (int64_t D : {1, 17, 256, 1537}) {
+    Tensor x = random_tensor({5, D}), f = random_tensor({5, D}, DType::F32, 3.0f);
+    Tensor wb = random_tensor({D}, DType::BF16), wf = random_tensor({D});
+    for (const Tensor* w : std::initializer_list<const Tensor*>{nullptr, &wb, &wf})
+      for (float s : {1.0f, 0.37f}) {
+        Tensor n = Tensor::empty({5, D}, DType::F32), want = Tensor::empty({5, D}, DType::F32);
+        be.rms_norm(f, w, 1e-6f, n);
+        be.add(x, n, want);
+        if (s != 1.0f) be.scale(want, s, want);
+        Tensor got = Tensor::empty({5, D}, DType::F32);
+        be.add_rms_norm(x, f, w, 1e-6f, s, got);
+        EXPECT_EQ(std::memcmp(got.raw(), want.raw(), want.nbytes()), 0) << "D=" << D << " s=" << s;
+      }
+  }
+}
+
 TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
   Backend& be = cpu_backend();
   const int64_t R = 3, D = 301;
@@ -469,6 +493,20 @@ TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
       EXPECT_EQ(vals.data<float>()[r * 5 + i], A[r * D + order[i]]);
     }
   }
+  // k = 1 (greedy decoding's argmax) takes the first of equal maxima, as the sorted path does.
+  Tensor tied = Tensor::from_floats({1.0f, 3.0f, -2.0f, 3.0f, 0.5f, 7.0f, 7.0f, 7.0f, -1.0f, -1.0f, -1.0f, -1.0f},
+                                    {3, 4});
+  Tensor v1 = Tensor::empty({3, 1}, DType::F32), i1 = Tensor::empty({3, 1}, DType::I32);
+  be.topk(tied, 1, v1, i1);
+  EXPECT_EQ(i1.data<int32_t>()[0], 1);
+  EXPECT_EQ(i1.data<int32_t>()[1], 1);
+  EXPECT_EQ(i1.data<int32_t>()[2], 0);
+  EXPECT_EQ(v1.data<float>()[0], 3.0f);
+  EXPECT_EQ(v1.data<float>()[1], 7.0f);
+  EXPECT_EQ(v1.data<float>()[2], -1.0f);
+  Tensor v5 = Tensor::empty({R, 1}, DType::F32), i5 = Tensor::empty({R, 1}, DType::I32);
+  be.topk(a, 1, v5, i5);
+  for (int64_t r = 0; r < R; r++) EXPECT_EQ(i5.data<int32_t>()[r], idx.data<int32_t>()[r * 5]);
 }
 
 // The vector tanh behind GELU, tanh, gated GELU and the soft-cap, on every ISA: lengths with tails, several

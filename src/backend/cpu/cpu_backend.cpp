@@ -300,15 +300,27 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // The norm weight as f32: the tensor itself when it is contiguous F32, else converted into a per-thread buffer
+  // (a fresh vector and a dtype switch per element cost as much as the norm of a decode row).
+  static const float* norm_weight(const Tensor* w, int64_t D) {
+    if (!w) return nullptr;
+    VATIC_CHECK(w->numel() == D, "rms_norm weight {} for rows of {}", w->describe(), D);
+    if (w->dtype() == DType::F32 && w->is_contiguous()) return w->data<float>();
+    thread_local std::vector<float> wf;
+    wf.resize(D);
+    if (w->dtype() == DType::BF16 && w->is_contiguous()) {
+      const uint16_t* b = w->data<uint16_t>();
+      for (int64_t i = 0; i < D; i++) wf[i] = bf16_to_f32(b[i]);
+    } else {
+      for_each_element(*w, [&](const uint8_t* p, int64_t i) { wf[i] = load_scalar(*w, p); });
+    }
+    return wf.data();
+  }
+
   void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
     VATIC_CHECK(x.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32, "rms_norm expects contiguous F32");
     const int64_t D = x.dim(-1), R = x.numel() / D;
-    std::vector<float> wf;
-    if (w) {
-      VATIC_CHECK(w->numel() == D, "rms_norm weight {} for rows of {}", w->describe(), D);
-      wf.resize(D);
-      for_each_element(*w, [&](const uint8_t* p, int64_t i) { wf[i] = load_scalar(*w, p); });
-    }
+    const float* wf = norm_weight(w, D);
     const float* X = x.data<float>();
     float* Y = y.data<float>();
 #pragma omp parallel for schedule(static) if (R * D > 65536)
@@ -317,10 +329,37 @@ class CpuBackend final : public Backend {
       float* yr = Y + r * D;
       const double ss = kernels().sumsq(xr, D);  // f32 in the reference; double keeps our sum order from mattering
       float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
-      if (w)
+      if (wf)
         for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv * wf[i];
       else
         for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv;
+    }
+  }
+
+  // One pass instead of the default's rms_norm, add and scale (and the temporary between them), with the same
+  // arithmetic per element: y = (x + f·inv·w)·s.
+  void add_rms_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float s, const Tensor& y) override {
+    VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32 &&
+                    f.dtype() == DType::F32 && y.dtype() == DType::F32 && x.numel() == f.numel() &&
+                    y.numel() == f.numel(),
+                "add_rms_norm: x {} f {} y {}", x.describe(), f.describe(), y.describe());
+    const int64_t D = f.dim(-1), R = f.numel() / D;
+    const float* wf = norm_weight(w, D);
+    const float* X = x.data<float>();
+    const float* F = f.data<float>();
+    float* Y = y.data<float>();
+#pragma omp parallel for schedule(static) if (R * D > 65536)
+    for (int64_t r = 0; r < R; r++) {
+      const float* xr = X + r * D;
+      const float* fr = F + r * D;
+      float* yr = Y + r * D;
+      const double ss = kernels().sumsq(fr, D);
+      const float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
+      for (int64_t i = 0; i < D; i++) {
+        const float n = wf ? fr[i] * inv * wf[i] : fr[i] * inv;
+        const float v = xr[i] + n;
+        yr[i] = s != 1.0f ? v * s : v;
+      }
     }
   }
 
@@ -363,45 +402,65 @@ class CpuBackend final : public Backend {
     const int64_t group = Hq / Hkv;
     const auto& kk = kernels();
     if (T >= kAttnQueryBlock && S > 0) return attention_blocked(q, k, v, qp, kp, p, out, group);
+    // Decode and short verification: per query and KV head, the visible keys are listed once, then the query heads
+    // of the group score all of them in one pass over the keys (kernels().dot_rows) and sum the values weighted by
+    // the softmax in one pass over the values (axpy_rows): each key and value row is read once for the group,
+    // instead of one dot call and one axpy call per head and key. Same masking and softmax (f32 scores, sum of the
+    // exponentials in double).
+    const float ninf = -std::numeric_limits<float>::infinity();
 #pragma omp parallel if (T * Hq * S * D > kMinParallelWork)
     {
-      std::vector<float> sc(S);
-      std::vector<float> acc(Dv);
+      thread_local std::vector<const float*> krows, vrows;
+      thread_local std::vector<float> sc;
+      thread_local std::vector<double> sums;
+      krows.resize(S);
+      vrows.resize(S);
+      sc.resize(static_cast<size_t>(group * S));
+      sums.resize(group);
 #pragma omp for collapse(2) schedule(static)
       for (int64_t t = 0; t < T; t++) {
-        for (int64_t h = 0; h < Hq; h++) {
-          const float* qv = q.data<float>() + t * q.stride(0) + h * q.stride(1);
-          const int64_t kh = h / group;
+        for (int64_t kh = 0; kh < Hkv; kh++) {
           const int32_t pq = qp[t];
-          float mx = -std::numeric_limits<float>::infinity();
+          int64_t n = 0;
           for (int64_t s = 0; s < S; s++) {
             const int32_t pk = kp[s];
-            bool visible = pk >= 0 && pk <= pq && (p.window <= 0 || pq - pk < p.window);
-            if (!visible) {
-              sc[s] = -std::numeric_limits<float>::infinity();
-              continue;
-            }
-            sc[s] = p.scale * kk.dot_f32(qv, k.data<float>() + s * k.stride(0) + kh * k.stride(1), D);
-            mx = std::max(mx, sc[s]);
+            if (pk < 0 || pk > pq || (p.window > 0 && pq - pk >= p.window)) continue;
+            krows[n] = k.data<float>() + s * k.stride(0) + kh * k.stride(1);
+            vrows[n] = v.data<float>() + s * v.stride(0) + kh * v.stride(1);
+            n++;
           }
-          float* o = out.data<float>() + t * out.stride(0) + h * out.stride(1);
-          if (mx == -std::numeric_limits<float>::infinity()) {
-            std::fill(o, o + Dv, 0.0f);
+          float* o = out.data<float>() + t * out.stride(0) + kh * group * out.stride(1);
+          const int64_t ldo = out.stride(1);
+          if (n == 0) {
+            for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
             continue;
           }
-          double sum = 0;
-          for (int64_t s = 0; s < S; s++) {
-            float e = sc[s] == -std::numeric_limits<float>::infinity() ? 0.0f : std::exp(sc[s] - mx);
-            sc[s] = e;
-            sum += e;
+          kk.dot_rows(q.data<float>() + t * q.stride(0) + kh * group * q.stride(1), q.stride(1), group, krows.data(),
+                      n, D, sc.data(), n);
+          for (int64_t g = 0; g < group; g++) {
+            float* r = sc.data() + g * n;
+            float mx = ninf;
+            for (int64_t j = 0; j < n; j++) {
+              r[j] *= p.scale;
+              mx = std::max(mx, r[j]);
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < n; j++) {
+              r[j] = mx == ninf ? 0.0f : std::exp(r[j] - mx);
+              sum += r[j];
+            }
+            sums[g] = sum;
           }
-          std::fill(acc.begin(), acc.end(), 0.0f);
-          for (int64_t s = 0; s < S; s++) {
-            if (sc[s] == 0.0f) continue;
-            kk.axpy(sc[s], v.data<float>() + s * v.stride(0) + kh * v.stride(1), acc.data(), Dv);
+          kk.axpy_rows(sc.data(), n, group, vrows.data(), n, Dv, o, ldo);
+          for (int64_t g = 0; g < group; g++) {
+            float* og = o + g * ldo;
+            if (sums[g] == 0.0) {
+              std::fill(og, og + Dv, 0.0f);
+              continue;
+            }
+            const float inv = static_cast<float>(1.0 / sums[g]);
+            for (int64_t i = 0; i < Dv; i++) og[i] *= inv;
           }
-          const float inv = static_cast<float>(1.0 / sum);
-          for (int64_t i = 0; i < Dv; i++) o[i] = acc[i] * inv;
         }
       }
     }
@@ -627,6 +686,18 @@ class CpuBackend final : public Backend {
   void topk(const Tensor& a, int k, const Tensor& values, const Tensor& indices) override {
     const int64_t N = a.dim(-1), R = a.numel() / N;
     VATIC_CHECK(k > 0 && k <= N, "topk: k={} for rows of {}", k, N);
+    if (k == 1) {
+      // Greedy decoding's argmax: one scan, the first of equal maxima (as below), no index array to sort.
+      for (int64_t r = 0; r < R; r++) {
+        const float* x = a.data<float>() + r * N;
+        int64_t best = 0;
+        for (int64_t i = 1; i < N; i++)
+          if (x[i] > x[best]) best = i;
+        values.data<float>()[r] = x[best];
+        indices.data<int32_t>()[r] = static_cast<int32_t>(best);
+      }
+      return;
+    }
     std::vector<int32_t> idx(N);
     for (int64_t r = 0; r < R; r++) {
       const float* x = a.data<float>() + r * N;

@@ -5,6 +5,7 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #include <immintrin.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
@@ -38,6 +39,23 @@ void dot4_f32_generic(const float* x, int64_t ldx, const float* w, int64_t n, fl
 }
 void axpy_generic(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
+}
+
+// Decode attention over the visible keys of a KV head, for the nq query heads that share it: scores
+// out[h·ldo + j] = Σ_i q[h·ldq + i] · rows[j][i].
+void dot_rows_generic(const float* q, int64_t ldq, int64_t nq, const float* const* rows, int64_t n, int64_t d,
+                      float* out, int64_t ldo) {
+  for (int64_t h = 0; h < nq; h++)
+    for (int64_t j = 0; j < n; j++) out[h * ldo + j] = dot_f32_generic(q + h * ldq, rows[j], d);
+}
+// The weighted sums of the values: out[h·ldo + i] = Σ_j p[h·ldp + j] · rows[j][i], summed in row order.
+void axpy_rows_generic(const float* p, int64_t ldp, int64_t nq, const float* const* rows, int64_t n, int64_t d,
+                       float* out, int64_t ldo) {
+  for (int64_t h = 0; h < nq; h++) {
+    float* o = out + h * ldo;
+    for (int64_t i = 0; i < d; i++) o[i] = 0.0f;
+    for (int64_t j = 0; j < n; j++) axpy_generic(p[h * ldp + j], rows[j], o, d);
+  }
 }
 
 // ---- AVX2 + FMA ----
@@ -118,6 +136,102 @@ AVX2 void axpy_avx2(float a, const float* x, float* y, int64_t n) {
   for (; i < n; i++) y[i] += a * x[i];
 }
 
+// Blocks of H query heads × 8/H keys: one accumulator per (key, head) over the head dimension, each key row
+// loaded once for all H heads, then the eight sums reduced together (two hadd levels and one lane swap) instead of
+// one horizontal reduction per key and head.
+template <int H>
+AVX2 void dot_rows_avx2_h(const float* q, int64_t ldq, const float* const* rows, int64_t n, int64_t d, float* out,
+                          int64_t ldo) {
+  constexpr int KB = 8 / H;
+  const int64_t dv = d / 8 * 8;
+  for (int64_t j = 0; j < n; j += KB) {
+    const int m = static_cast<int>(std::min<int64_t>(KB, n - j));
+    const float* r[KB];
+#pragma GCC unroll 16
+    for (int k = 0; k < KB; k++) r[k] = rows[j + (k < m ? k : 0)];  // a short block repeats its first key
+    __m256 a[8];
+#pragma GCC unroll 16
+    for (int k = 0; k < 8; k++) a[k] = _mm256_setzero_ps();
+    for (int64_t i = 0; i < dv; i += 8) {
+      __m256 qv[H];
+#pragma GCC unroll 16
+      for (int h = 0; h < H; h++) qv[h] = _mm256_loadu_ps(q + h * ldq + i);
+#pragma GCC unroll 16
+      for (int k = 0; k < KB; k++) {
+        const __m256 kv = _mm256_loadu_ps(r[k] + i);
+#pragma GCC unroll 16
+        for (int h = 0; h < H; h++) a[k * H + h] = _mm256_fmadd_ps(qv[h], kv, a[k * H + h]);
+      }
+    }
+    const __m256 t0 = _mm256_hadd_ps(_mm256_hadd_ps(a[0], a[1]), _mm256_hadd_ps(a[2], a[3]));
+    const __m256 t1 = _mm256_hadd_ps(_mm256_hadd_ps(a[4], a[5]), _mm256_hadd_ps(a[6], a[7]));
+    alignas(32) float s[8];
+    _mm256_store_ps(s, _mm256_add_ps(_mm256_permute2f128_ps(t0, t1, 0x20), _mm256_permute2f128_ps(t0, t1, 0x31)));
+    for (int k = 0; k < m; k++)
+#pragma GCC unroll 16
+      for (int h = 0; h < H; h++) {
+        float v = s[k * H + h];
+        for (int64_t i = dv; i < d; i++) v += q[h * ldq + i] * r[k][i];
+        out[h * ldo + j + k] = v;
+      }
+  }
+}
+AVX2 void dot_rows_avx2(const float* q, int64_t ldq, int64_t nq, const float* const* rows, int64_t n, int64_t d,
+                        float* out, int64_t ldo) {
+  int64_t h = 0;
+  for (; h + 4 <= nq; h += 4) dot_rows_avx2_h<4>(q + h * ldq, ldq, rows, n, d, out + h * ldo, ldo);
+  for (; h + 2 <= nq; h += 2) dot_rows_avx2_h<2>(q + h * ldq, ldq, rows, n, d, out + h * ldo, ldo);
+  for (; h < nq; h++) dot_rows_avx2_h<1>(q + h * ldq, ldq, rows, n, d, out + h * ldo, ldo);
+}
+// H heads × up to C vectors of outputs stay in registers across all rows, each value vector loaded once for the
+// H heads; the sum runs in row order with one FMA per row and output, as one axpy per row does.
+template <int H, int C>
+AVX2 void axpy_rows_avx2_h(const float* p, int64_t ldp, const float* const* rows, int64_t n, int64_t d, float* out,
+                           int64_t ldo) {
+  int64_t i0 = 0;
+  while (d - i0 >= 8) {
+    const int nv = static_cast<int>(std::min<int64_t>(C, (d - i0) / 8));
+    __m256 a[H][C];
+#pragma GCC unroll 16
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 16
+      for (int c = 0; c < C; c++) a[h][c] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+      __m256 pv[H];
+#pragma GCC unroll 16
+      for (int h = 0; h < H; h++) pv[h] = _mm256_set1_ps(p[h * ldp + j]);
+      const float* r = rows[j] + i0;
+#pragma GCC unroll 16
+      for (int c = 0; c < C; c++) {
+        if (c >= nv) break;
+        const __m256 vv = _mm256_loadu_ps(r + 8 * c);
+#pragma GCC unroll 16
+        for (int h = 0; h < H; h++) a[h][c] = _mm256_fmadd_ps(pv[h], vv, a[h][c]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 16
+      for (int c = 0; c < C; c++)
+        if (c < nv) _mm256_storeu_ps(out + h * ldo + i0 + 8 * c, a[h][c]);
+    i0 += 8 * nv;
+  }
+#pragma GCC unroll 16
+  for (int h = 0; h < H; h++)
+    for (int64_t i = i0; i < d; i++) {
+      float a = 0.0f;
+      for (int64_t j = 0; j < n; j++) a += p[h * ldp + j] * rows[j][i];
+      out[h * ldo + i] = a;
+    }
+}
+AVX2 void axpy_rows_avx2(const float* p, int64_t ldp, int64_t nq, const float* const* rows, int64_t n, int64_t d,
+                         float* out, int64_t ldo) {
+  int64_t h = 0;
+  for (; h + 4 <= nq; h += 4) axpy_rows_avx2_h<4, 2>(p + h * ldp, ldp, rows, n, d, out + h * ldo, ldo);
+  for (; h + 2 <= nq; h += 2) axpy_rows_avx2_h<2, 4>(p + h * ldp, ldp, rows, n, d, out + h * ldo, ldo);
+  for (; h < nq; h++) axpy_rows_avx2_h<1, 8>(p + h * ldp, ldp, rows, n, d, out + h * ldo, ldo);
+}
+
 // ---- AVX-512 ----
 #define AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma")))
 AVX512 inline __m512 load_bf16x16(const uint16_t* p) {
@@ -194,6 +308,109 @@ AVX512 void axpy_avx512(float a, const float* x, float* y, int64_t n) {
   }
 }
 
+// Sixteen keys at a time: one accumulator per key over the head dimension, then the sixteen sums reduced
+// together (about three shuffles and adds per key) instead of one horizontal reduction per key.
+AVX512 inline __m512 sum16(const __m512* a) {
+  __m512 t[4];
+#pragma GCC unroll 16
+  for (int g = 0; g < 4; g++) {
+    const __m512* b = a + 4 * g;
+    // Per 128-bit block: [b0 b1 b2 b3] sums over that block's four lanes.
+    const __m512 s01 = _mm512_add_ps(_mm512_unpacklo_ps(b[0], b[1]), _mm512_unpackhi_ps(b[0], b[1]));
+    const __m512 s23 = _mm512_add_ps(_mm512_unpacklo_ps(b[2], b[3]), _mm512_unpackhi_ps(b[2], b[3]));
+    t[g] = _mm512_add_ps(_mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(1, 0, 1, 0)),
+                         _mm512_shuffle_ps(s01, s23, _MM_SHUFFLE(3, 2, 3, 2)));
+  }
+  // Then the four blocks of each t[g] into block g of the result.
+  const __m512 v01 = _mm512_add_ps(_mm512_shuffle_f32x4(t[0], t[1], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(t[0], t[1], _MM_SHUFFLE(3, 2, 3, 2)));
+  const __m512 v23 = _mm512_add_ps(_mm512_shuffle_f32x4(t[2], t[3], _MM_SHUFFLE(1, 0, 1, 0)),
+                                   _mm512_shuffle_f32x4(t[2], t[3], _MM_SHUFFLE(3, 2, 3, 2)));
+  return _mm512_add_ps(_mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(2, 0, 2, 0)),
+                       _mm512_shuffle_f32x4(v01, v23, _MM_SHUFFLE(3, 1, 3, 1)));
+}
+// Blocks of H query heads × 16/H keys: one accumulator per (key, head) over the head dimension, each key row
+// loaded once for all H heads, then the sixteen sums reduced together.
+template <int H>
+AVX512 void dot_rows_avx512_h(const float* q, int64_t ldq, const float* const* rows, int64_t n, int64_t d,
+                              float* out, int64_t ldo) {
+  constexpr int KB = 16 / H;
+  for (int64_t j = 0; j < n; j += KB) {
+    const int m = static_cast<int>(std::min<int64_t>(KB, n - j));
+    const float* r[KB];
+#pragma GCC unroll 16
+    for (int k = 0; k < KB; k++) r[k] = rows[j + (k < m ? k : 0)];  // a short block repeats its first key
+    __m512 a[16];
+#pragma GCC unroll 16
+    for (int k = 0; k < 16; k++) a[k] = _mm512_setzero_ps();
+    for (int64_t i = 0; i < d; i += 16) {
+      const __mmask16 mk = d - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (d - i)) - 1);
+      __m512 qv[H];
+#pragma GCC unroll 16
+      for (int h = 0; h < H; h++) qv[h] = _mm512_maskz_loadu_ps(mk, q + h * ldq + i);
+#pragma GCC unroll 16
+      for (int k = 0; k < KB; k++) {
+        const __m512 kv = _mm512_maskz_loadu_ps(mk, r[k] + i);
+#pragma GCC unroll 16
+        for (int h = 0; h < H; h++) a[k * H + h] = _mm512_fmadd_ps(qv[h], kv, a[k * H + h]);
+      }
+    }
+    alignas(64) float s[16];
+    _mm512_store_ps(s, sum16(a));
+    for (int k = 0; k < m; k++)
+#pragma GCC unroll 16
+      for (int h = 0; h < H; h++) out[h * ldo + j + k] = s[k * H + h];
+  }
+}
+AVX512 void dot_rows_avx512(const float* q, int64_t ldq, int64_t nq, const float* const* rows, int64_t n, int64_t d,
+                            float* out, int64_t ldo) {
+  int64_t h = 0;
+  for (; h + 4 <= nq; h += 4) dot_rows_avx512_h<4>(q + h * ldq, ldq, rows, n, d, out + h * ldo, ldo);
+  for (; h + 2 <= nq; h += 2) dot_rows_avx512_h<2>(q + h * ldq, ldq, rows, n, d, out + h * ldo, ldo);
+  for (; h < nq; h++) dot_rows_avx512_h<1>(q + h * ldq, ldq, rows, n, d, out + h * ldo, ldo);
+}
+// H heads × up to C vectors of outputs stay in registers across all rows, each value vector loaded once for the
+// H heads; the sum runs in row order with one FMA per row and output, as one axpy per row does.
+template <int H, int C>
+AVX512 void axpy_rows_avx512_h(const float* p, int64_t ldp, const float* const* rows, int64_t n, int64_t d,
+                               float* out, int64_t ldo) {
+  for (int64_t i0 = 0; i0 < d; i0 += 16 * C) {
+    const int64_t w = std::min<int64_t>(16 * C, d - i0);
+    const int nv = static_cast<int>((w + 15) / 16);
+    const __mmask16 last = w % 16 ? static_cast<__mmask16>((1u << (w % 16)) - 1) : 0xffff;
+    __m512 a[H][C];
+#pragma GCC unroll 16
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 16
+      for (int c = 0; c < C; c++) a[h][c] = _mm512_setzero_ps();
+    for (int64_t j = 0; j < n; j++) {
+      __m512 pv[H];
+#pragma GCC unroll 16
+      for (int h = 0; h < H; h++) pv[h] = _mm512_set1_ps(p[h * ldp + j]);
+      const float* r = rows[j] + i0;
+#pragma GCC unroll 16
+      for (int c = 0; c < C; c++) {
+        if (c >= nv) break;
+        const __m512 vv = _mm512_maskz_loadu_ps(c == nv - 1 ? last : 0xffff, r + 16 * c);
+#pragma GCC unroll 16
+        for (int h = 0; h < H; h++) a[h][c] = _mm512_fmadd_ps(pv[h], vv, a[h][c]);
+      }
+    }
+#pragma GCC unroll 16
+    for (int h = 0; h < H; h++)
+#pragma GCC unroll 16
+      for (int c = 0; c < C; c++)
+        if (c < nv) _mm512_mask_storeu_ps(out + h * ldo + i0 + 16 * c, c == nv - 1 ? last : 0xffff, a[h][c]);
+  }
+}
+AVX512 void axpy_rows_avx512(const float* p, int64_t ldp, int64_t nq, const float* const* rows, int64_t n, int64_t d,
+                             float* out, int64_t ldo) {
+  int64_t h = 0;
+  for (; h + 4 <= nq; h += 4) axpy_rows_avx512_h<4, 4>(p + h * ldp, ldp, rows, n, d, out + h * ldo, ldo);
+  for (; h + 2 <= nq; h += 2) axpy_rows_avx512_h<2, 8>(p + h * ldp, ldp, rows, n, d, out + h * ldo, ldo);
+  for (; h < nq; h++) axpy_rows_avx512_h<1, 8>(p + h * ldp, ldp, rows, n, d, out + h * ldo, ldo);
+}
+
 bool cpu_has_avx512() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -208,17 +425,17 @@ Kernels make(const std::string& isa) {
   Kernels k{};
   if (isa == "avx512") {
     k = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot4_bf16_avx512, dot4_f32_avx512, axpy_avx512,
-         nullptr, nullptr, nullptr, nullptr, nullptr};
+         nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512};
     fill_gemm_avx512(k);
     fill_vmath_avx512(k);
   } else if (isa == "avx2") {
     k = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot4_bf16_avx2, dot4_f32_avx2, axpy_avx2, nullptr, nullptr, nullptr,
-         nullptr, nullptr};
+         nullptr, nullptr, dot_rows_avx2, axpy_rows_avx2};
     fill_gemm_avx2(k);
     fill_vmath_avx2(k);
   } else {
     k = {"generic", dot_f32_generic, dot_bf16_generic, dot4_bf16_generic, dot4_f32_generic, axpy_generic,
-         nullptr, nullptr, nullptr, nullptr, nullptr};
+         nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_generic, axpy_rows_generic};
     fill_gemm_generic(k);
     fill_vmath_generic(k);
   }

@@ -61,6 +61,13 @@ struct Kernels {
   void (*tanh)(const float* x, float* y, int64_t n);
   // sum_i x[i]² in double (each square is exact in double; vmath.cpp). The RMS norm's sum.
   double (*sumsq)(const float* x, int64_t n);
+  // Decode attention over the visible keys of a KV head (row pointers, d values each) for the nq query heads that
+  // share it: scores out[h·ldo + j] = Σ_i q[h·ldq + i]·rows[j][i], and the weighted sums of the values
+  // out[h·ldo + i] = Σ_j p[h·ldp + j]·rows[j][i] (summed in row order). Each row is read once for all heads.
+  void (*dot_rows)(const float* q, int64_t ldq, int64_t nq, const float* const* rows, int64_t n, int64_t d,
+                   float* out, int64_t ldo);
+  void (*axpy_rows)(const float* p, int64_t ldp, int64_t nq, const float* const* rows, int64_t n, int64_t d,
+                    float* out, int64_t ldo);
 };
 
 const Kernels& kernels();

@@ -1,5 +1,5 @@
 #pragma once
-// HTTP handlers of the public API: ollama's (api_ollama.cpp) and OpenAI's (api_openai.cpp).
+// HTTP handlers of the public API: ollama's (api_ollama.h, api_ollama*.cpp) and OpenAI's (api_openai.cpp).
 #include "server/http.h"
 
 #include <filesystem>
@@ -31,6 +31,8 @@ void check_chat_format_names(const std::string& renderer, const std::string& par
 
 // Error bodies: ollama {"error": msg}; OpenAI {"error": {"message", "type", "param", "code"}}.
 void send_error(httplib::Response& res, int status, const std::string& msg, bool openai = false);
+// A JSON body (application/json).
+void send_json(httplib::Response& res, const ordered_json& body);
 // Runs f, turning exceptions into error responses with their status.
 void guarded(httplib::Response& res, bool openai, const std::function<void()>& f);
 

@@ -87,10 +87,28 @@ HostBlockCache::Stats HostBlockCache::stats() const {
   return stats_;
 }
 
+namespace {
+
+// Under AddressSanitizer blocks go back to the system at once by default, so that a use after free of tensor
+// storage is still caught rather than landing in a reused block.
+#if defined(__SANITIZE_ADDRESS__)
+constexpr size_t kDefaultMiB = 0;
+#elif defined(__has_feature)
+#if __has_feature(address_sanitizer)
+constexpr size_t kDefaultMiB = 0;
+#else
+constexpr size_t kDefaultMiB = 256;
+#endif
+#else
+constexpr size_t kDefaultMiB = 256;
+#endif
+
+}  // namespace
+
 HostBlockCache& host_block_cache() {
   // Never destroyed: tensors that outlive static destruction (globals, detached threads) still free into it.
   static HostBlockCache* cache = [] {
-    size_t mib = 256;
+    size_t mib = kDefaultMiB;
     if (const char* env = std::getenv("VATIC_HOST_CACHE_MB"); env && *env) {
       char* end = nullptr;
       const unsigned long long v = std::strtoull(env, &end, 10);

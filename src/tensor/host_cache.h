@@ -53,7 +53,7 @@ class HostBlockCache {
 };
 
 // The cache behind host tensor storage (host_storage()). Its limit comes from VATIC_HOST_CACHE_MB (MiB; 0 turns
-// the reuse off), else 256 MiB.
+// the reuse off), else 256 MiB (0 in AddressSanitizer builds).
 HostBlockCache& host_block_cache();
 
 }  // namespace vatic

@@ -47,13 +47,6 @@ double seconds_since(Clock::time_point t0) { return std::chrono::duration<double
 
 // ---- random-weight checkpoints (cli/bench_random.h) ----
 
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 // E2B's text config at `layers` layers (4 sliding : 1 full, the last 2/5 KV-shared): the `--random e2b` shape.
 json e2b_like_config(int layers) {
   json tc;

@@ -21,13 +21,6 @@ namespace {
 
 namespace fs = std::filesystem;
 
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 uint64_t fnv1a(const std::string& s) {
   uint64_t h = 0xcbf29ce484222325ull;
   for (unsigned char c : s) h = (h ^ c) * 0x100000001b3ull;
@@ -70,6 +63,13 @@ json& text_of(json& config) { return config.contains("text_config") ? config["te
 const json& text_of(const json& config) { return config.contains("text_config") ? config["text_config"] : config; }
 
 }  // namespace
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
 
 Tensor random_bf16(const Shape& shape, float std, uint64_t seed) {
   Tensor t = Tensor::empty(shape, DType::BF16);

@@ -13,6 +13,9 @@
 
 namespace vatic::cli {
 
+// SplitMix64: the bench's deterministic random numbers.
+uint64_t splitmix(uint64_t x);
+
 // Uniform values with standard deviation `std`, as BF16 (deterministic in `seed`).
 Tensor random_bf16(const Shape& shape, float std, uint64_t seed);
 

@@ -199,11 +199,8 @@ double RowSampler::prob_of(const RowDistribution& d, int32_t id) {
 }
 
 bool RowSampler::accept(const RowDistribution& p, const RowDistribution& q, int32_t draft, double u) {
-  if (!p.implicit() && !q.implicit()) return accept_draft(p.dist, q.dist, draft, u);
-  // accept_draft's rule, on the probabilities as the explicit distribution stores them (floats).
-  const double pd = static_cast<float>(prob_of(p, draft)), qd = static_cast<float>(prob_of(q, draft));
-  if (qd <= 0) return false;
-  return u < std::min(1.0, pd / qd);
+  // The probabilities as an explicit distribution stores them (floats).
+  return accept_draft(static_cast<float>(prob_of(p, draft)), static_cast<float>(prob_of(q, draft)), u);
 }
 
 Distribution RowSampler::materialize(const RowDistribution& d) {

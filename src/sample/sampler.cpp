@@ -287,7 +287,10 @@ std::vector<TokenLogprob> Sampler::top_logprobs(const float* logits, int64_t V, 
 }
 
 bool accept_draft(const Distribution& p, const Distribution& q, int32_t draft, double u) {
-  const double pd = p.prob_of(draft), qd = q.prob_of(draft);
+  return accept_draft(p.prob_of(draft), q.prob_of(draft), u);
+}
+
+bool accept_draft(double pd, double qd, double u) {
   if (qd <= 0) return false;  // cannot happen for a token the drafter drew
   return u < std::min(1.0, pd / qd);
 }

@@ -99,6 +99,8 @@ int32_t argmax(const float* logits, int64_t n);
 // Speculative sampling (Leviathan et al. 2023; Chen et al. 2023): accept draft d with probability
 // min(1, p(d)/q(d)); on rejection draw from normalize(max(0, p - q)).
 bool accept_draft(const Distribution& p, const Distribution& q, int32_t draft, double u);
+// The same rule on the two probabilities of the draft: p(d) under the target, q(d) under the drafter.
+bool accept_draft(double pd, double qd, double u);
 Distribution residual(const Distribution& p, const Distribution& q);
 
 }  // namespace vatic

@@ -118,6 +118,41 @@ class Backend {
     if (s != 1.0f) scale(y, s, y);
   }
 
+  // ys[i] = x · ws[i]ᵀ for several matrices that read one input (a layer's query, key and value projections): one
+  // op so that an accelerator runs them in one pass. The default runs the matmuls.
+  virtual void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) {
+    for (size_t i = 0; i < ws.size(); i++) matmul(x, *ws[i], ys[i], false);
+  }
+  // add_rms_norm, then the norm the next block applies to its result: n = rms_norm(y)·w_next (w_next may be null).
+  // One op so that the residual row is read once for both; the default runs the two.
+  virtual void add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float s,
+                                 const Tensor& y, const Tensor* w_next, const Tensor& n) {
+    add_rms_norm(x, f, w, eps, s, y);
+    rms_norm(y, w_next, eps, n);
+  }
+  // y = rope(rms_norm(x)·w) for x, y [T, H, D] contiguous F32: a query or key head's norm and rotation in one pass
+  // (rope as rope() does it, with positions I32 [T]). The default runs the two.
+  virtual void rms_norm_rope(const Tensor& x, const Tensor* w, float eps, const Tensor& positions,
+                             const Tensor& inv_freq, bool interleaved, const Tensor& y) {
+    rms_norm(x, w, eps, y);
+    rope(y, positions, inv_freq, interleaved);
+  }
+  // y[T, N] = act(x · gateᵀ) ⊙ (x · upᵀ), a gated MLP's first half (gate and up of one shape), or with `up` null
+  // y = act(x · gateᵀ) ⊙ m for a given m [T, N] (contiguous F32). One op so that an accelerator reads both weights
+  // in one pass and never writes the halves; the default runs the matmuls and `gated`.
+  virtual void matmul_gated(const Tensor& x, const Linear& gate, const Linear* up, const Tensor* m, Unary act,
+                            const Tensor& y) {
+    Tensor g = empty(y.shape(), DType::F32);
+    matmul(x, gate, g, false);
+    if (up) {
+      Tensor u = empty(y.shape(), DType::F32);
+      matmul(x, *up, u, false);
+      gated(act, g, u, y);
+    } else {
+      gated(act, g, *m, y);
+    }
+  }
+
   // Elementwise (F32, contiguous). b may have fewer rows than a and is then broadcast (b's numel divides a's).
   virtual void add(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
   virtual void mul(const Tensor& a, const Tensor& b, const Tensor& y) = 0;

@@ -119,15 +119,21 @@ Tensor project(const Tensor& x, const Linear& w, const Tensor& bias) {
 Tensor attention(const AttentionWeights& w, const AttentionShape& s, const Tensor& x, const Tensor& positions,
                  KvCache& cache) {
   const int64_t T = x.dim(0);
-  Tensor q = project(x, w.q, w.q_bias).reshape({T, s.heads, s.head_dim});
-  Tensor k = project(x, w.k, w.k_bias).reshape({T, s.kv_heads, s.head_dim});
-  Tensor v = project(x, w.v, w.v_bias).reshape({T, s.kv_heads, s.head_dim});
+  // The three projections in one op, then their biases.
+  std::vector<Tensor> p = ops::matmul_many(x, {&w.q, &w.k, &w.v});
+  if (w.q_bias.defined()) ops::add_inplace(p[0], w.q_bias);
+  if (w.k_bias.defined()) ops::add_inplace(p[1], w.k_bias);
+  if (w.v_bias.defined()) ops::add_inplace(p[2], w.v_bias);
+  Tensor q = p[0].reshape({T, s.heads, s.head_dim});
+  Tensor k = p[1].reshape({T, s.kv_heads, s.head_dim});
+  Tensor v = p[2].reshape({T, s.kv_heads, s.head_dim});
   if (s.qk_norm) {
-    q = ops::rms_norm(q, w.q_norm, s.eps);
-    k = ops::rms_norm(k, w.k_norm, s.eps);
+    q = ops::rms_norm_rope(q, w.q_norm, s.eps, positions, w.inv_freq, false);
+    k = ops::rms_norm_rope(k, w.k_norm, s.eps, positions, w.inv_freq, false);
+  } else {
+    ops::rope_inplace(q, positions, w.inv_freq, false);
+    ops::rope_inplace(k, positions, w.inv_freq, false);
   }
-  ops::rope_inplace(q, positions, w.inv_freq, false);
-  ops::rope_inplace(k, positions, w.inv_freq, false);
   cache.append(k, v);
   AttentionParams ap;
   ap.scale = s.scale;
@@ -148,7 +154,7 @@ Mlp load_mlp(const Weights& ts, const std::string& p, int64_t I, int64_t H) {
 }
 
 Tensor gated_mlp(const Mlp& m, Unary act, const Tensor& x) {
-  return ops::matmul(ops::gated(act, ops::matmul(x, m.gate), ops::matmul(x, m.up)), m.down);
+  return ops::matmul(ops::matmul_gated(x, m.gate, m.up, act), m.down);
 }
 
 void route_experts(const Tensor& logits, const MoeRouting& r, Tensor* weights, Tensor* experts) {

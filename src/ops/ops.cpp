@@ -90,6 +90,16 @@ void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y) {
   backend_of_all("matmul", y, x, w.weight, w.scales, w.biases).matmul(x, w, y, true);
 }
 
+std::vector<Tensor> matmul_many(const Tensor& x, const std::vector<const Linear*>& ws) {
+  std::vector<Tensor> ys;
+  for (const Linear* w : ws) {
+    backend_of_linear("matmul", x, *w);
+    ys.push_back(empty_like(x, {x.dim(0), w->out_features()}));
+  }
+  if (!ws.empty()) backend_of(x).matmul_many(x, ws, ys);
+  return ys;
+}
+
 Tensor embedding(const Linear& table, const Tensor& ids_, float scale) {
   Tensor out = empty_like(table.weight, {ids_.numel(), table.in_features()});
   backend_of_linear("embedding", ids_, table).embedding(table, ids_, scale, out);
@@ -112,8 +122,25 @@ Tensor add_rms_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps
   backend_of_all("add_rms_norm", x, f, w).add_rms_norm(contiguous(x), contiguous(f), w.defined() ? &w : nullptr, eps, s, y);
   return y;
 }
+ResidualAndNorm add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s,
+                                  const Tensor& w_next) {
+  VATIC_CHECK(x.shape() == f.shape(), "add_rms_norm: {} and {}", x.describe(), f.describe());
+  ResidualAndNorm r{empty_like(x, x.shape()), empty_like(x, x.shape())};
+  backend_of_all("add_rms_norm", x, f, w, w_next)
+      .add_rms_norm_norm(contiguous(x), contiguous(f), w.defined() ? &w : nullptr, eps, s, r.residual,
+                         w_next.defined() ? &w_next : nullptr, r.normed);
+  return r;
+}
 void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) {
   backend_of_all("rope", x, positions, inv_freq).rope(x, positions, inv_freq, interleaved);
+}
+Tensor rms_norm_rope(const Tensor& x, const Tensor& w, float eps, const Tensor& positions, const Tensor& inv_freq,
+                     bool interleaved) {
+  VATIC_CHECK(x.ndim() == 3, "rms_norm_rope expects [T, H, D], got {}", x.describe());
+  Tensor y = empty_like(x, x.shape());
+  backend_of_all("rms_norm_rope", x, w, positions, inv_freq)
+      .rms_norm_rope(contiguous(x), w.defined() ? &w : nullptr, eps, positions, inv_freq, interleaved, y);
+  return y;
 }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p) {
@@ -145,6 +172,22 @@ Tensor unary(Unary op, const Tensor& a) {
 Tensor gated(Unary act, const Tensor& g, const Tensor& u) {
   Tensor y = empty_like(g, g.shape());
   backend_of_all("gated", g, u).gated(act, contiguous(g), contiguous(u), y);
+  return y;
+}
+Tensor matmul_gated(const Tensor& x, const Linear& gate, const Linear& up, Unary act) {
+  VATIC_CHECK(gate.out_features() == up.out_features() && gate.in_features() == up.in_features(),
+              "matmul_gated: gate {} and up {} differ in shape", gate.weight.describe(), up.weight.describe());
+  Tensor y = empty_like(x, {x.dim(0), gate.out_features()});
+  backend_of_all("matmul", x, gate.weight, gate.scales, gate.biases, up.weight, up.scales, up.biases)
+      .matmul_gated(x, gate, &up, nullptr, act, y);
+  return y;
+}
+Tensor matmul_gated(const Tensor& x, const Linear& w, const Tensor& m, Unary act) {
+  VATIC_CHECK(m.ndim() == 2 && m.dim(0) == x.dim(0) && m.dim(1) == w.out_features(),
+              "matmul_gated: multiplier {} for {} rows of {}", m.describe(), x.dim(0), w.out_features());
+  Tensor y = empty_like(x, {x.dim(0), w.out_features()});
+  const Tensor mc = contiguous(m);
+  backend_of_all("matmul", x, w.weight, w.scales, w.biases, m).matmul_gated(x, w, nullptr, &mc, act, y);
   return y;
 }
 Tensor softcap(const Tensor& a, float cap) {

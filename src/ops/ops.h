@@ -25,13 +25,24 @@ void copy_into(const Tensor& src, const Tensor& dst);
 // x [T, K] -> [T, N]
 Tensor matmul(const Tensor& x, const Linear& w);
 void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y);
+// {matmul(x, *w) for w in ws} in one op (see Backend::matmul_many).
+std::vector<Tensor> matmul_many(const Tensor& x, const std::vector<const Linear*>& ws);
 Tensor embedding(const Linear& table, const Tensor& ids, float scale = 1.0f);
 Tensor embedding(const Tensor& table, const Tensor& ids, float scale = 1.0f);
 // Over the last dim; w may be undefined for the weight-less variant.
 Tensor rms_norm(const Tensor& x, const Tensor& w, float eps);
 // (x + rms_norm(f, w)) · s: a residual add of a normed branch (see Backend::add_rms_norm).
 Tensor add_rms_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s = 1.0f);
+// {add_rms_norm(x, f, w, eps, s), rms_norm of that with w_next}: a residual add and the next block's input norm.
+struct ResidualAndNorm {
+  Tensor residual, normed;
+};
+ResidualAndNorm add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s,
+                                  const Tensor& w_next);
 void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved);
+// rope(rms_norm(x, w)) for x [T, H, D] (neox or interleaved pairs, as rope_inplace).
+Tensor rms_norm_rope(const Tensor& x, const Tensor& w, float eps, const Tensor& positions, const Tensor& inv_freq,
+                     bool interleaved);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p);
 Tensor add(const Tensor& a, const Tensor& b);
@@ -40,6 +51,10 @@ Tensor mul(const Tensor& a, const Tensor& b);
 Tensor scale(const Tensor& a, float s);
 Tensor unary(Unary op, const Tensor& a);
 Tensor gated(Unary act, const Tensor& g, const Tensor& u);
+// act(x · gateᵀ) ⊙ (x · upᵀ): gated(act, matmul(x, gate), matmul(x, up)) in one op.
+Tensor matmul_gated(const Tensor& x, const Linear& gate, const Linear& up, Unary act);
+// act(x · wᵀ) ⊙ m: gated(act, matmul(x, w), m) in one op.
+Tensor matmul_gated(const Tensor& x, const Linear& w, const Tensor& m, Unary act);
 Tensor softcap(const Tensor& a, float cap);
 Tensor softmax(const Tensor& a);
 void topk(const Tensor& a, int k, Tensor* values, Tensor* indices);

@@ -308,6 +308,102 @@ TEST(DeviceOps, NormsRopeElementwise) {
   });
 }
 
+// The fused ops against the CPU, whose versions compose the unfused ones: a residual add with the next norm, a
+// head norm with its rotation, and the gated GEMV (gate and up, or gate and a given multiplier) in every weight
+// layout the decode path takes, at widths the chunked kernel fills unevenly, and past 8 rows (the composed path).
+TEST(DeviceOps, FusedNormsAndGatedMatmul) {
+  FOR_EACH_DEVICE([](Device dev) {
+    Backend& be = backend_for(dev);
+    Backend& cpu = cpu_backend();
+    for (int64_t D : {7, 256, 1536})
+      for (bool with_w : {false, true}) {
+        Tensor x = random_host({3, D}), f = random_host({3, D}), w = random_host({D}), w2 = random_host({D});
+        Tensor dw = on(dev, w), dw2 = on(dev, w2);
+        for (float s : {1.0f, 0.5f}) {
+          Tensor wy = Tensor::empty(x.shape(), DType::F32), wn = Tensor::empty(x.shape(), DType::F32);
+          Tensor gy = be.empty(x.shape(), DType::F32), gn = be.empty(x.shape(), DType::F32);
+          cpu.add_rms_norm_norm(x, f, with_w ? &w : nullptr, 1e-6f, s, wy, &w2, wn);
+          be.add_rms_norm_norm(on(dev, x), on(dev, f), with_w ? &dw : nullptr, 1e-6f, s, gy, with_w ? &dw2 : nullptr,
+                               gn);
+          expect_close(gy, wy, 2e-6, "add_rms_norm_norm residual");
+          if (with_w) expect_close(gn, wn, 2e-6, "add_rms_norm_norm norm");
+          // Without a next weight the second output is the weight-less norm.
+          if (!with_w) {
+            Tensor plain = Tensor::empty(x.shape(), DType::F32);
+            cpu.rms_norm(wy, nullptr, 1e-6f, plain);
+            expect_close(gn, plain, 2e-6, "add_rms_norm_norm weight-less norm");
+          }
+        }
+      }
+    for (int64_t D : {64, 256, 512})
+      for (bool interleaved : {false, true}) {
+        Tensor x = random_host({4, 3, D}), w = random_host({D});
+        Tensor pos = Tensor::from_ints({0, 9, 4095, 32000}, {4});
+        const int64_t n = D / 2 - (D == 512 ? 64 : 0);  // partial rotation, as Gemma 4's proportional rope
+        std::vector<float> fr(n);
+        for (int64_t i = 0; i < n; i++) fr[i] = std::pow(10000.0f, -2.0f * i / D);
+        Tensor inv = Tensor::from_floats(fr, {n});
+        Tensor want = Tensor::empty(x.shape(), DType::F32), got = be.empty(x.shape(), DType::F32);
+        Tensor dw = on(dev, w);
+        cpu.rms_norm_rope(x, &w, 1e-6f, pos, inv, interleaved, want);
+        be.rms_norm_rope(on(dev, x), &dw, 1e-6f, on(dev, pos), on(dev, inv), interleaved, got);
+        expect_close(got, want, 2e-6, fmt::format("rms_norm_rope D={} {}", D, interleaved ? "interleaved" : "neox"));
+      }
+    struct Size {
+      int64_t N, K;
+    };
+    for (Size s : {Size{1, 64}, Size{7, 1536}, Size{1537, 512}, Size{6144, 1536}})
+      for (int bits : {0, 8, 4}) {
+        auto make = [&] {
+          return bits ? random_quantized(0, s.N, s.K, bits, 64) : dense(random_host({s.N, s.K}, DType::BF16, 0.1f));
+        };
+        Linear g = make(), u = make();
+        Linear dg = on(dev, g), du = on(dev, u);
+        for (int64_t T : {1, 2, 3, 8, 9})
+          for (Unary act : {Unary::GeluTanh, Unary::Silu}) {
+            SCOPED_TRACE(fmt::format("bits {} T={} N={} K={} act {}", bits, T, s.N, s.K, static_cast<int>(act)));
+            Tensor x = random_host({T, s.K}), m = random_host({T, s.N});
+            Tensor want = Tensor::empty({T, s.N}, DType::F32), got = be.empty({T, s.N}, DType::F32);
+            cpu.matmul_gated(x, g, &u, nullptr, act, want);
+            be.matmul_gated(on(dev, x), dg, &du, nullptr, act, got);
+            expect_close(got, want, 2e-5, "gate and up");
+            Tensor dm = on(dev, m);
+            cpu.matmul_gated(x, g, nullptr, &m, act, want);
+            be.matmul_gated(on(dev, x), dg, nullptr, &dm, act, got);
+            expect_close(got, want, 2e-5, "gate and multiplier");
+          }
+      }
+    // Several matrices of one input in one op: a query, key and value projection of unequal heights (each
+    // output's rows end inside a warp's share), one to three of them, and a mix of encodings (composed).
+    for (int bits : {0, 8, 4})
+      for (int64_t T : {1, 3, 8, 9}) {
+        const int64_t K = 1536;
+        auto make = [&](int64_t N, int b) {
+          return b ? random_quantized(0, N, K, b, 64) : dense(random_host({N, K}, DType::BF16, 0.1f));
+        };
+        std::vector<Linear> ws = {make(2048, bits), make(257, bits), make(255, bits)};
+        if (T == 9) ws[2] = make(255, bits ? 0 : 8);
+        std::vector<Linear> dws;
+        for (const Linear& w : ws) dws.push_back(on(dev, w));
+        Tensor x = random_host({T, K});
+        for (size_t count = 1; count <= 3; count++) {
+          SCOPED_TRACE(fmt::format("matmul_many bits {} T={} count {}", bits, T, count));
+          std::vector<const Linear*> cw, dw;
+          std::vector<Tensor> want, got;
+          for (size_t i = 0; i < count; i++) {
+            cw.push_back(&ws[i]);
+            dw.push_back(&dws[i]);
+            want.push_back(Tensor::empty({T, ws[i].out_features()}, DType::F32));
+            got.push_back(be.empty({T, ws[i].out_features()}, DType::F32));
+          }
+          for (size_t i = 0; i < count; i++) cpu.matmul(x, ws[i], want[i], false);
+          be.matmul_many(on(dev, x), dw, got);
+          for (size_t i = 0; i < count; i++) expect_close(got[i], want[i], 2e-5, fmt::format("output {}", i));
+        }
+      }
+  });
+}
+
 TEST(DeviceOps, Attention) {
   FOR_EACH_DEVICE([](Device dev) {
     struct Case {

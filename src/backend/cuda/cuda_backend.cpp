@@ -9,11 +9,13 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
 #include <functional>
 #include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/kernels.h"
@@ -233,6 +235,9 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     CUDA_OK(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
     description_ = fmt::format("{} ({})", prop.name, device_.str());
+    // Programmatic dependent launch hides each kernel's launch behind the one before it (VATIC_PDL=0 turns it off).
+    const char* pdl = std::getenv("VATIC_PDL");
+    cuda::set_programmatic_launch(prop.major >= 9 && !(pdl && std::string(pdl) == "0"));
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
     cublasSetStream(blas_, stream_);
@@ -452,6 +457,98 @@ class CudaBackend final : public Backend {
     cuda::add_rms_norm(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, scale,
                        y.data<float>(), stream_);
     check_launch("add_rms_norm");
+  }
+
+  void add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float scale, const Tensor& y,
+                         const Tensor* w_next, const Tensor& n) override {
+    Timed timed_(*this, "add_rms_norm_norm");
+    VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && n.is_contiguous() &&
+                    x.dtype() == DType::F32 && f.dtype() == DType::F32 && x.numel() == f.numel() &&
+                    y.numel() == x.numel() && n.numel() == x.numel(),
+                "add_rms_norm expects contiguous F32 of one shape, got {} and {}", x.describe(), f.describe());
+    const int64_t D = f.dim(-1), R = f.numel() / std::max<int64_t>(D, 1);
+    bind();
+    const Tensor wf = norm_weight(w, D, "add_rms_norm"), wn = norm_weight(w_next, D, "rms_norm");
+    cuda::add_rms_norm_norm(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, scale,
+                            y.data<float>(), w_next ? wn.data<float>() : nullptr, n.data<float>(), stream_);
+    check_launch("add_rms_norm");
+  }
+
+  void rms_norm_rope(const Tensor& x, const Tensor* w, float eps, const Tensor& positions, const Tensor& inv_freq,
+                     bool interleaved, const Tensor& y) override {
+    Timed timed_(*this, "rms_norm_rope");
+    VATIC_CHECK(x.ndim() == 3 && x.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32 &&
+                    y.dtype() == DType::F32 && y.numel() == x.numel(),
+                "rms_norm_rope expects contiguous F32 [T, H, D], got {} and {}", x.describe(), y.describe());
+    const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), n = inv_freq.numel();
+    VATIC_CHECK(2 * n <= D && D <= cuda::kMaxNormRopeD, "rms_norm_rope: {} frequencies for head dim {}", n, D);
+    VATIC_CHECK(positions.dtype() == DType::I32 && positions.is_contiguous() && positions.numel() == T &&
+                    inv_freq.dtype() == DType::F32 && inv_freq.is_contiguous(),
+                "rope: positions {} and frequencies {}", positions.describe(), inv_freq.describe());
+    bind();
+    const Tensor wf = norm_weight(w, D, "rms_norm");
+    cuda::rms_norm_rope(x.data<float>(), w ? wf.data<float>() : nullptr, T, H, D, eps, positions.data<int32_t>(),
+                        inv_freq.data<float>(), n, interleaved, y.data<float>(), stream_);
+    check_launch("rms_norm_rope");
+  }
+
+  void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) override {
+    VATIC_CHECK(ws.size() == ys.size(), "matmul_many: {} matrices, {} outputs", ws.size(), ys.size());
+    const int64_t T = x.ndim() == 2 ? x.dim(0) : 0;
+    bool fused = T >= 1 && T <= 8 && ws.size() <= 3 && x.dtype() == DType::F32 && x.stride(-1) == 1;
+    cuda::Weight cw[3];
+    int64_t N[3], ldy[3];
+    float* y[3];
+    for (size_t i = 0; fused && i < ws.size(); i++) {
+      const Linear& w = *ws[i];
+      const Tensor& yi = ys[i];
+      fused = w.in_features() == x.dim(1) && (!w.quantized() || x.dim(1) % w.group == 0) && yi.ndim() == 2 &&
+              yi.dtype() == DType::F32 && yi.stride(1) == 1 && yi.dim(0) == T && yi.dim(1) == w.out_features();
+      if (!fused) break;
+      cw[i] = weight(w);
+      N[i] = w.out_features();
+      y[i] = yi.data<float>();
+      ldy[i] = yi.stride(0);
+    }
+    if (fused) {
+      bind();
+      Timed timed_(*this, "matmul_many (gemv)");
+      if (cuda::gemv_many(x.data<float>(), x.stride(0), static_cast<int>(T), static_cast<int>(ws.size()), cw, N,
+                          x.dim(1), y, ldy, stream_)) {
+        check_launch("matmul");
+        return;
+      }
+    }
+    Backend::matmul_many(x, ws, ys);
+  }
+
+  void matmul_gated(const Tensor& x, const Linear& gate, const Linear* up, const Tensor* m, Unary act,
+                    const Tensor& y) override {
+    VATIC_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.dtype() == DType::F32 && y.dtype() == DType::F32,
+                "matmul expects F32 [T, K] input and output, got {} and {}", x.describe(), y.describe());
+    check_rows(x, "matmul");
+    check_rows(y, "matmul");
+    const int64_t T = x.dim(0), K = x.dim(1), N = gate.out_features();
+    VATIC_CHECK(gate.in_features() == K && y.dim(0) == T && y.dim(1) == N, "matmul: x {} · W{} -> y {}",
+                x.describe(), gate.weight.describe(), y.describe());
+    if (m)
+      VATIC_CHECK(m->dtype() == DType::F32 && m->ndim() == 2 && m->dim(0) == T && m->dim(1) == N && m->stride(1) == 1,
+                  "matmul_gated: multiplier {} for output {}", m->describe(), y.describe());
+    bind();
+    if (T == 0 || N == 0) return;
+    if (T <= 8 && (!gate.quantized() || K % gate.group == 0) && (!up || !up->quantized() || K % up->group == 0)) {
+      const cuda::Weight cg = weight(gate);
+      cuda::Weight cu;
+      if (up) cu = weight(*up);
+      Timed timed_(*this, "matmul_gated (gemv)");
+      if (cuda::gemv_gated(x.data<float>(), x.stride(0), static_cast<int>(T), cg, up ? &cu : nullptr,
+                           m ? m->data<float>() : nullptr, m ? m->stride(0) : 0, static_cast<int>(act), N, K,
+                           y.data<float>(), y.stride(0), stream_)) {
+        check_launch("matmul");
+        return;
+      }
+    }
+    Backend::matmul_gated(x, gate, up, m, act, y);
   }
 
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) override {

@@ -5,6 +5,7 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <utility>
 
 #include "backend/cuda/kernels.h"
 
@@ -72,6 +73,21 @@ __device__ __forceinline__ float warp_sum(float v) {
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
+}
+
+// The activations of vatic::Unary (GeluTanh, Silu, Sigmoid, Tanh, Exp), as the CPU computes them.
+__device__ __forceinline__ float activate(int op, float x) {
+  switch (op) {
+    case 0: {  // GeluTanh
+      const float c = 0.7978845608028654f;
+      return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
+    }
+    case 1: return x / (1.0f + expf(-x));  // Silu
+    case 2: return 1.0f / (1.0f + expf(-x));  // Sigmoid
+    case 3: return tanhf(x);
+    case 4: return expf(x);
+    default: return x;
+  }
 }
 
 // Block-wide sum / max for blockDim.x a multiple of 32 (at most 1024). `scratch` holds 32 floats.
@@ -150,9 +166,39 @@ int blocks_for(int64_t n, int threads = kThreads) {
   return static_cast<int>(b < 1 ? 1 : (b > 65535 * 8 ? 65535 * 8 : b));
 }
 
+// Programmatic dependent launch (Hopper and later): a kernel may be launched while the one before it on the
+// stream still runs, so that its launch and block scheduling overlap that kernel's work. Every kernel begins with
+// pdl_begin(): it waits until the kernels before it have finished and their writes are visible (so it reads and
+// writes nothing before that), then lets the next kernel launch. Without the launch attribute both are no-ops.
+__device__ __forceinline__ void pdl_begin() {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("griddepcontrol.wait;" ::: "memory");
+  asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
+#endif
+}
+
+bool g_pdl = false;
+
+template <typename... Params, typename... Args>
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = smem;
+  config.stream = s;
+  cudaLaunchAttribute attribute[1];
+  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = g_pdl ? 1 : 0;
+  // A failed launch is left in cudaGetLastError for the backend's check after each op.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
 // ---------------------------------------------------------------- copy / fill
 
 __global__ void copy_kernel(View src, View dst, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t rem = i, so = 0, d_o = 0;
@@ -176,6 +222,7 @@ __global__ void copy_kernel(View src, View dst, int64_t n) {
 }
 
 __global__ void fill_kernel(View dst, float value, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     int64_t rem = i, off = 0;
@@ -283,6 +330,7 @@ constexpr int kRowsPerBlock = 8;  // one warp per output row
 template <int Parts>
 __global__ void gemv_kernel(const float* x, int64_t ldx, int T, Weight w, int64_t N, int64_t K, float* y, int64_t ldy,
                             bool accumulate) {
+  pdl_begin();
   __shared__ float partial[kRowsPerBlock][8];
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int64_t n = static_cast<int64_t>(blockIdx.x) * (kRowsPerBlock / Parts) + warp / Parts;
@@ -319,24 +367,56 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
   return r;
 }
 
+// What a chunked GEMV launch computes (see gemv_chunks_kernel). Output rows [0, n_end[0]) come from w[0] into
+// y[0], and with EPI 3 rows [n_end[i-1], n_end[i]) from w[i] into y[i] (several matrices of one input in one
+// launch). EPI 1: w[1] is the up projection; EPI 2: m [T, N] (row stride ldm) the multiplier.
+constexpr int kGemvSegments = 3;
+struct GemvJob {
+  const float* x;
+  int64_t ldx;
+  int T;
+  Weight w[kGemvSegments];
+  int64_t n_end[kGemvSegments];
+  float* y[kGemvSegments];
+  int64_t ldy[kGemvSegments];
+  int segments;
+  const float* m;
+  int64_t ldm;
+  int act;
+  int64_t K;
+  bool accumulate;
+};
+
 // The decode GEMV: each warp computes R consecutive output rows for up to TT input rows, reading 16-byte chunks of
 // each weight row (8 bf16 values, or 4 words of 4/8-bit codes from one quantization group) so that every x value
 // loaded serves R rows. `parts` warps of a block (1, 2 or 4) split K when there are too few rows to fill the GPU.
-template <int TT, int R, int BITS>
-__global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restrict__ x, int64_t ldx, int T, Weight w,
-                                                          int64_t N, int64_t K, float* y, int64_t ldy, bool accumulate,
-                                                          int parts) {
+// The epilogue: EPI 0 writes (or adds) the products; EPI 1 (gated pairs) reads R/2 rows of w[0] (gate) and the
+// same R/2 rows of w[1] (up) and writes act(gate) · up; EPI 2 writes act(product) · m[t, n]; EPI 3 writes each
+// row to its matrix's output.
+template <int TT, int R, int BITS, int EPI>
+__global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int parts) {
+  pdl_begin();
+  constexpr int RO = EPI == 1 ? R / 2 : R;  // output rows per warp
   __shared__ float partial[4][R][TT];
+  const float* __restrict__ x = j.x;
+  const int64_t ldx = j.ldx, K = j.K, N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
+  const int T = j.T;
+  // Row n of the output: its matrix (segment) and its row there.
+  auto segment = [&](int64_t n) { return EPI == 3 ? (n < j.n_end[0] ? 0 : n < j.n_end[1] ? 1 : 2) : 0; };
+  auto local = [&](int64_t n, int seg) { return EPI == 3 && seg ? n - j.n_end[seg - 1] : n; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
   const int group_warps = 4 / parts;
   const int part = warp % parts;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * group_warps + warp / parts) * R;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * group_warps + warp / parts) * RO;
   constexpr int vals = BITS ? 128 / BITS : 8;  // inputs per 16-byte chunk
   const int64_t chunks = K / vals;
   const uint4* rowp[R];
 #pragma unroll
-  for (int r = 0; r < R; r++)
-    rowp[r] = n0 + r < N ? static_cast<const uint4*>(weight_row(w, 0, n0 + r)) : nullptr;
+  for (int r = 0; r < R; r++) {
+    const int64_t n = n0 + r % RO;
+    const int seg = EPI == 1 ? (r >= RO) : segment(n);
+    rowp[r] = n < N ? static_cast<const uint4*>(weight_row(j.w[seg], 0, local(n, seg))) : nullptr;
+  }
   float acc[R][TT];
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -371,12 +451,15 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
     } else {
     // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. Word by word, its codes are
     // converted once (2^23 | q is the float 2^23 + q) and used for every input row.
-    const int64_t g = c * vals / w.group;
+    const int64_t g = c * vals / j.w[0].group;
     float sc[R], bi[R];
 #pragma unroll
     for (int r = 0; r < R; r++) {
-      sc[r] = rowp[r] ? load(w.scale_type, scale_row(w, w.scales, 0, n0 + r), g) : 0.0f;
-      bi[r] = rowp[r] ? load(w.scale_type, scale_row(w, w.biases, 0, n0 + r), g) : 0.0f;
+      const int64_t n = n0 + r % RO;
+      const int seg = EPI == 1 ? (r >= RO) : segment(n);
+      const Weight& wr = j.w[seg];
+      sc[r] = rowp[r] ? load(wr.scale_type, scale_row(wr, wr.scales, 0, local(n, seg)), g) : 0.0f;
+      bi[r] = rowp[r] ? load(wr.scale_type, scale_row(wr, wr.biases, 0, local(n, seg)), g) : 0.0f;
     }
     float dq[R][TT], sx[TT];
 #pragma unroll
@@ -431,34 +514,52 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const float* __restric
     }
     }
   }
+  // Row sums; then each output row's epilogue, by lane 0 (one part) or from the parts' sums in shared memory.
 #pragma unroll
   for (int r = 0; r < R; r++)
 #pragma unroll
     for (int t = 0; t < TT; t++) {
       if (t >= T) break;
-      const float v = warp_sum(acc[r][t]);
-      if (parts == 1) {
-        const int64_t n = n0 + r;
-        if (lane == 0 && n < N) y[t * ldy + n] = accumulate ? y[t * ldy + n] + v : v;
-      } else if (lane == 0) {
-        partial[warp][r][t] = v;
-      }
+      acc[r][t] = warp_sum(acc[r][t]);
+      if (parts > 1 && lane == 0) partial[warp][r][t] = acc[r][t];
     }
-  if (parts == 1) return;
-  __syncthreads();
-  if (part == 0 && lane < R * TT) {
-    const int r = lane / TT, t = lane % TT;
+  auto finish = [&](int r, int t, float v, float v2) {
     const int64_t n = n0 + r;
-    if (t < T && n < N) {
-      float v = 0.0f;
-      for (int p = 0; p < parts; p++) v += partial[warp + p][r][t];
-      y[t * ldy + n] = accumulate ? y[t * ldy + n] + v : v;
+    if (n >= N) return;
+    if (EPI == 1) v = activate(j.act, v) * v2;
+    if (EPI == 2) v = activate(j.act, v) * j.m[t * j.ldm + n];
+    const int seg = segment(n);
+    float* out = j.y[seg] + t * j.ldy[seg] + local(n, seg);
+    *out = j.accumulate ? *out + v : v;
+  };
+  if (parts == 1) {
+    if (lane != 0) return;
+#pragma unroll
+    for (int r = 0; r < RO; r++)
+#pragma unroll
+      for (int t = 0; t < TT; t++) {
+        if (t >= T) break;
+        finish(r, t, acc[r][t], EPI == 1 ? acc[(r + RO) % R][t] : 0.0f);
+      }
+    return;
+  }
+  __syncthreads();
+  if (part == 0 && lane < RO * TT) {
+    const int r = lane / TT, t = lane % TT;
+    if (t < T) {
+      float v = 0.0f, v2 = 0.0f;
+      for (int p = 0; p < parts; p++) {
+        v += partial[warp + p][r][t];
+        if (EPI == 1) v2 += partial[warp + p][(r + RO) % R][t];
+      }
+      finish(r, t, v, v2);
     }
   }
 }
 
 __global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, const int32_t* experts, Weight w,
                                     int64_t N, int64_t K, float* y, int64_t ldy) {
+  pdl_begin();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   const int64_t r = blockIdx.y;
   if (n >= N) return;
@@ -471,6 +572,7 @@ __global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, co
 }
 
 __global__ void dequantize_kernel(Weight w, int64_t n0, int64_t n, int64_t K, float* out) {
+  pdl_begin();
   const int64_t total = n * K;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -493,6 +595,7 @@ __global__ void dequantize_kernel(Weight w, int64_t n0, int64_t n, int64_t K, fl
 
 __global__ void embedding_kernel(Weight table, int64_t V, int64_t D, const int32_t* ids, float scale, float* out,
                                  int64_t ldo, int* bad_id) {
+  pdl_begin();
   const int64_t i = blockIdx.x;
   const int32_t id = ids[i];
   float* o = out + i * ldo;
@@ -522,6 +625,7 @@ __global__ void embedding_kernel(Weight table, int64_t V, int64_t D, const int32
 }
 
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t D, float eps, float* y) {
+  pdl_begin();
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * D;
   float* yr = y + blockIdx.x * D;
@@ -535,6 +639,7 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t D, float
 // y = (x + f · inv_rms(f) · w) · s, the same float operations as rms_norm_kernel, binary add and scale in turn.
 __global__ void add_rms_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
                                     float* y) {
+  pdl_begin();
   __shared__ float scratch[32];
   const float* fr = f + blockIdx.x * D;
   const float* xr = x + blockIdx.x * D;
@@ -550,8 +655,64 @@ __global__ void add_rms_norm_kernel(const float* x, const float* f, const float*
   }
 }
 
+// add_rms_norm_kernel, then rms_norm_kernel over its output row, in one block (the same float operations and the
+// same block size as the two kernels, so the results are the same bits).
+__global__ void add_rms_norm_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
+                                         float* y, const float* w2, float* n) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  const float* fr = f + blockIdx.x * D;
+  const float* xr = x + blockIdx.x * D;
+  float* yr = y + blockIdx.x * D;
+  float* nr = n + blockIdx.x * D;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += fr[i] * fr[i];
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  float ss2 = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+    const float nv = w ? fr[i] * inv * w[i] : fr[i] * inv;
+    const float v = xr[i] + nv;
+    const float yv = s != 1.0f ? v * s : v;
+    yr[i] = yv;
+    ss2 += yv * yv;
+  }
+  ss2 = block_sum(ss2, scratch);
+  const float inv2 = 1.0f / sqrtf(ss2 / static_cast<float>(D) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) nr[i] = w2 ? yr[i] * inv2 * w2[i] : yr[i] * inv2;
+}
+
+// rms_norm_kernel over one head row [D] of x [T, H, D], then rope_kernel's rotation of its pairs, in one block; the
+// row waits in shared memory (D floats) between the two.
+__global__ void rms_norm_rope_kernel(const float* x, const float* w, int64_t H, int64_t D, float eps,
+                                     const int32_t* pos, const float* f, int64_t n, bool interleaved, float* y) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  extern __shared__ float row[];
+  const float* xr = x + blockIdx.x * D;
+  float* yr = y + blockIdx.x * D;
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
+  ss = block_sum(ss, scratch);
+  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) row[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
+  __syncthreads();
+  const float p = static_cast<float>(pos[blockIdx.x / H]);
+  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+    float sn, c;
+    sincosf(p * f[i], &sn, &c);
+    const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + D / 2;
+    const float x0 = row[a], x1 = row[b];
+    row[a] = x0 * c - x1 * sn;
+    row[b] = x1 * c + x0 * sn;
+  }
+  __syncthreads();
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = row[i];
+}
+
 __global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos,
                             const float* f, int64_t n, bool interleaved) {
+  pdl_begin();
   const int64_t total = T * H * n;
   for (int64_t idx = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; idx < total;
        idx += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -575,7 +736,8 @@ constexpr int kAccPerLane = kMaxAttentionDv / 32;
 // warps merge.
 // With gridDim.y > 1 (splits of the keys, for few queries over many keys), each block handles one split and leaves
 // (max, denominator, numerators) in `partial` for attention_combine_kernel.
-__global__ void attention_kernel(AttentionArgs a, float* partial) {
+__global__ void __launch_bounds__(32 * kAttnWarps, 2) attention_kernel(AttentionArgs a, float* partial) {
+  pdl_begin();
   extern __shared__ float smem[];
   float* qs = smem;                          // [D]
   float* accs = qs + a.D;                    // [warps][Dv]
@@ -594,22 +756,34 @@ __global__ void attention_kernel(AttentionArgs a, float* partial) {
   for (int j = 0; j < kAccPerLane; j++) acc[j] = 0.0f;
   const int64_t per_split = (a.S + gridDim.y - 1) / gridDim.y;
   const int64_t s_end = min(a.S, (blockIdx.y + 1) * per_split);
-  for (int64_t s = blockIdx.y * per_split + warp; s < s_end; s += kAttnWarps) {
-    const int32_t pk = a.k_pos[s];
+  // Each key costs one round trip to memory: its position is read one key ahead, and its key and value rows are
+  // loaded together (when it is visible).
+  const int64_t s0 = blockIdx.y * per_split + warp;
+  int32_t pk_next = s0 < s_end ? a.k_pos[s0] : -1;
+  for (int64_t s = s0; s < s_end; s += kAttnWarps) {
+    const int32_t pk = pk_next;
+    if (s + kAttnWarps < s_end) pk_next = a.k_pos[s + kAttnWarps];
     const bool visible = pk >= 0 && pk <= pq && (a.window <= 0 || pq - pk < a.window);
     if (!visible) continue;
     const float* kr = a.k + s * a.skS + kh * a.skH;
+    const float* vr = a.v + s * a.svS + kh * a.svH;
+    float vv[kAccPerLane];
+#pragma unroll
+    for (int j = 0; j < kAccPerLane; j++) {
+      const int64_t d = lane + 32 * j;
+      vv[j] = d < a.Dv ? vr[d] : 0.0f;
+    }
     float dot = 0.0f;
+#pragma unroll 8
     for (int64_t d = lane; d < a.D; d += 32) dot += qs[d] * kr[d];
     const float score = a.scale * warp_sum(dot);
     const float mn = fmaxf(m, score);
     const float c = expf(m - mn), p = expf(score - mn);
     l = l * c + p;
-    const float* vr = a.v + s * a.svS + kh * a.svH;
 #pragma unroll
     for (int j = 0; j < kAccPerLane; j++) {
       const int64_t d = lane + 32 * j;
-      if (d < a.Dv) acc[j] = acc[j] * c + p * vr[d];
+      if (d < a.Dv) acc[j] = acc[j] * c + p * vv[j];
     }
     m = mn;
   }
@@ -661,6 +835,7 @@ __global__ void attention_kernel(AttentionArgs a, float* partial) {
 }
 
 __global__ void attention_combine_kernel(AttentionArgs a, const float* partial, int splits) {
+  pdl_begin();
   const int64_t t = blockIdx.x / a.Hq, h = blockIdx.x % a.Hq;
   const float* part = partial + static_cast<int64_t>(blockIdx.x) * splits * (a.Dv + 2);
   float M = -INFINITY;
@@ -687,21 +862,9 @@ __global__ void attention_combine_kernel(AttentionArgs a, const float* partial, 
 
 // ---------------------------------------------------------------- elementwise
 
-__device__ __forceinline__ float activate(int op, float x) {
-  switch (op) {
-    case 0: {  // GeluTanh
-      const float c = 0.7978845608028654f;
-      return 0.5f * x * (1.0f + tanhf(c * (x + 0.044715f * x * x * x)));
-    }
-    case 1: return x / (1.0f + expf(-x));  // Silu
-    case 2: return 1.0f / (1.0f + expf(-x));  // Sigmoid
-    case 3: return tanhf(x);
-    case 4: return expf(x);
-    default: return x;
-  }
-}
 
 __global__ void binary_kernel(int op, const float* a, const float* b, int64_t n, int64_t m, float* y) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const float u = a[i], v = b[m == n ? i : i % m];
@@ -709,27 +872,32 @@ __global__ void binary_kernel(int op, const float* a, const float* b, int64_t n,
   }
 }
 __global__ void scale_kernel(const float* a, float s, int64_t n, float* y) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = a[i] * s;
 }
 __global__ void unary_kernel(int op, const float* a, int64_t n, float* y) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = activate(op, a[i]);
 }
 __global__ void gated_kernel(int op, const float* g, const float* u, int64_t n, float* y) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = activate(op, g[i]) * u[i];
 }
 __global__ void softcap_kernel(const float* a, float cap, int64_t n, float* y) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = cap * tanhf(a[i] / cap);
 }
 
 __global__ void softmax_kernel(const float* a, int64_t D, float* y) {
+  pdl_begin();
   __shared__ float scratch[32];
   const float* x = a + blockIdx.x * D;
   float* o = y + blockIdx.x * D;
@@ -749,6 +917,7 @@ __global__ void softmax_kernel(const float* a, int64_t D, float* y) {
 
 // k passes; pass j finds the best element ranked after the one pass j-1 found.
 __global__ void topk_kernel(const float* a, int64_t N, int k, float* values, int32_t* indices) {
+  pdl_begin();
   __shared__ float sv[32];
   __shared__ int si[32];
   const float* x = a + blockIdx.x * N;
@@ -779,6 +948,7 @@ __global__ void topk_kernel(const float* a, int64_t N, int k, float* values, int
 // Top-1 of long rows in two passes: blocks of a row each find the best of their slice, then one block per row
 // picks among them (ties go to the lower index in both passes).
 __global__ void argmax_slices_kernel(const float* a, int64_t N, int slices, float* sv_out, int* si_out) {
+  pdl_begin();
   __shared__ float sv[32];
   __shared__ int si[32];
   const int64_t row = blockIdx.y, per = (N + slices - 1) / slices;
@@ -801,6 +971,7 @@ __global__ void argmax_slices_kernel(const float* a, int64_t N, int slices, floa
 }
 
 __global__ void argmax_merge_kernel(const float* sv_in, const int* si_in, int slices, float* values, int32_t* indices) {
+  pdl_begin();
   __shared__ float sv[32];
   __shared__ int si[32];
   float bv = -INFINITY;
@@ -822,6 +993,7 @@ __global__ void argmax_merge_kernel(const float* sv_in, const int* si_in, int sl
 
 __global__ void gather_rows_kernel(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n,
                                    int32_t* out, int* bad) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n * C;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = ids[i / C];
@@ -836,6 +1008,7 @@ __global__ void gather_rows_kernel(const int32_t* table, int64_t R, int64_t C, c
 }
 
 __global__ void scatter_kernel(const float* values, const int32_t* index, int64_t n, float* out, int64_t V, int* bad) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t j = index[i];
@@ -849,6 +1022,7 @@ __global__ void scatter_kernel(const float* values, const int32_t* index, int64_
 }
 
 __global__ void kv_write_kernel(KvWriteArgs a) {
+  pdl_begin();
   const int64_t t = blockIdx.x / a.H, h = blockIdx.x % a.H;
   const int32_t p = a.positions[t];
   if (p < 0 || (!a.ring && p >= a.C)) {
@@ -871,6 +1045,7 @@ __global__ void kv_write_kernel(KvWriteArgs a) {
 }
 
 __global__ void forget_positions_kernel(int32_t* slot_pos, int64_t C, int64_t n) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < C;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     if (slot_pos[i] >= n) slot_pos[i] = -1;
@@ -878,6 +1053,7 @@ __global__ void forget_positions_kernel(int32_t* slot_pos, int64_t C, int64_t n)
 
 __global__ void combine_rows_kernel(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D,
                                     float* out) {
+  pdl_begin();
   const int64_t total = T * D;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
@@ -889,6 +1065,7 @@ __global__ void combine_rows_kernel(const float* rows, const float* weights, int
 }
 
 __global__ void route_kernel(RouteArgs a) {
+  pdl_begin();
   extern __shared__ float sh[];
   float* prob = sh;               // [E]
   float* choice = prob + a.E;     // [E]
@@ -976,46 +1153,59 @@ __global__ void route_kernel(RouteArgs a) {
 
 }  // namespace
 
+void set_programmatic_launch(bool on) { g_pdl = on; }
+
 void copy(const View& src, const View& dst, cudaStream_t s) {
   const int64_t n = numel(dst);
   if (n == 0) return;
-  copy_kernel<<<blocks_for(n), kThreads, 0, s>>>(src, dst, n);
+  launch(copy_kernel, blocks_for(n), kThreads, 0, s, src, dst, n);
 }
 
 void fill(const View& dst, float value, cudaStream_t s) {
   const int64_t n = numel(dst);
   if (n == 0) return;
-  fill_kernel<<<blocks_for(n), kThreads, 0, s>>>(dst, value, n);
+  launch(fill_kernel, blocks_for(n), kThreads, 0, s, dst, value, n);
 }
 
-template <int TT, int R, int BITS>
-void launch_gemv_chunks(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y,
-                        int64_t ldy, bool accumulate, cudaStream_t s) {
+template <int TT, int R, int BITS, int EPI>
+void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
   // Enough warps to keep the memory system busy: split K over 2 or 4 warps when the rows alone give too few, as
   // long as each warp still reads a few chunks.
-  const int64_t vals = BITS ? 128 / BITS : 8, chunks = K / vals, row_groups = (N + R - 1) / R;
+  constexpr int RO = EPI == 1 ? R / 2 : R;
+  const int64_t N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
+  const int64_t vals = BITS ? 128 / BITS : 8, chunks = j.K / vals, row_groups = (N + RO - 1) / RO;
   int parts = 1;
   while (parts < 4 && row_groups * parts < 4096 && chunks / (32 * parts * 2) >= 2) parts *= 2;
   const int64_t blocks = (row_groups + (4 / parts) - 1) / (4 / parts);
-  gemv_chunks_kernel<TT, R, BITS><<<static_cast<unsigned>(blocks), 128, 0, s>>>(x, ldx, T, w, N, K, y, ldy,
-                                                                                accumulate, parts);
+  launch(gemv_chunks_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, j, parts);
 }
 
-template <int R, int BITS>
-void launch_gemv_chunks_t(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y,
-                          int64_t ldy, bool accumulate, cudaStream_t s) {
-  if (T == 1) return launch_gemv_chunks<1, R, BITS>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
-  if (T == 2) return launch_gemv_chunks<2, R, BITS>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
-  if (T <= 4) return launch_gemv_chunks<4, R, BITS>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
-  launch_gemv_chunks<8, R, BITS>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+template <int R, int BITS, int EPI>
+void launch_gemv_chunks_t(const GemvJob& j, cudaStream_t s) {
+  if (j.T == 1) return launch_gemv_chunks<1, R, BITS, EPI>(j, s);
+  if constexpr (R == 4) {
+    return launch_gemv_chunks<2, R, BITS, EPI>(j, s);  // four rows per warp are taken for T <= 2 only
+  } else {
+    if (j.T == 2) return launch_gemv_chunks<2, R, BITS, EPI>(j, s);
+    if (j.T <= 4) return launch_gemv_chunks<4, R, BITS, EPI>(j, s);
+    launch_gemv_chunks<8, R, BITS, EPI>(j, s);
+  }
 }
 
-template <int R>
-void launch_gemv_chunks_bits(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y,
-                             int64_t ldy, bool accumulate, cudaStream_t s) {
-  if (w.bits == 4) return launch_gemv_chunks_t<R, 4>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
-  if (w.bits == 8) return launch_gemv_chunks_t<R, 8>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
-  launch_gemv_chunks_t<R, 0>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+template <int R, int EPI>
+void launch_gemv_chunks_bits(const GemvJob& j, cudaStream_t s) {
+  if (j.w[0].bits == 4) return launch_gemv_chunks_t<R, 4, EPI>(j, s);
+  if (j.w[0].bits == 8) return launch_gemv_chunks_t<R, 8, EPI>(j, s);
+  launch_gemv_chunks_t<R, 0, EPI>(j, s);
+}
+
+template <int EPI>
+void launch_gemv_chunks_epi(const GemvJob& j, cudaStream_t s) {
+  // Four rows per warp share each x load; with more than 2 input rows, two keep the registers in bounds.
+  if ((EPI == 1 || j.n_end[EPI == 3 ? kGemvSegments - 1 : 0] >= 4096) && j.T <= 2)
+    launch_gemv_chunks_bits<4, EPI>(j, s);
+  else
+    launch_gemv_chunks_bits<2, EPI>(j, s);
 }
 
 // Whether the chunked GEMV can read `w`: bf16 or 4/8-bit rows of whole 16-byte chunks, 16-byte aligned, with each
@@ -1030,24 +1220,82 @@ bool chunks_fit(const float* x, int64_t ldx, const Weight& w, int64_t K) {
   return K % vals == 0 && w.group % vals == 0 && w.ld % 4 == 0;
 }
 
+GemvJob gemv_job(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
+                 bool accumulate) {
+  GemvJob j{};
+  j.x = x;
+  j.ldx = ldx;
+  j.T = T;
+  for (int i = 0; i < kGemvSegments; i++) {
+    j.w[i] = w;
+    j.n_end[i] = N;
+    j.y[i] = y;
+    j.ldy[i] = ldy;
+  }
+  j.segments = 1;
+  j.K = K;
+  j.accumulate = accumulate;
+  return j;
+}
+
+// Whether two weights go through one code path of the chunked GEMV: the same encoding, group and scale type.
+bool same_encoding(const Weight& a, const Weight& b) {
+  return a.bits == b.bits && a.type == b.type && (!a.bits || (a.group == b.group && a.scale_type == b.scale_type));
+}
+
 void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
           bool accumulate, cudaStream_t s) {
   if (chunks_fit(x, ldx, w, K)) {
-    // Four rows per warp share each x load; with more than 2 input rows, two keep the registers in bounds.
-    if (N >= 4096 && T <= 2)
-      launch_gemv_chunks_bits<4>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
-    else
-      launch_gemv_chunks_bits<2>(x, ldx, T, w, N, K, y, ldy, accumulate, s);
+    launch_gemv_chunks_epi<0>(gemv_job(x, ldx, T, w, N, K, y, ldy, accumulate), s);
     return;
   }
   // Fewer than ~16k rows leave most of the GPU idle at one warp per row: split each row's K over 4 warps.
   if (N < 16384 && K >= 512) {
     const int64_t blocks = (N + kRowsPerBlock / 4 - 1) / (kRowsPerBlock / 4);
-    gemv_kernel<4><<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, s>>>(x, ldx, T, w, N, K, y, ldy, accumulate);
+    launch(gemv_kernel<4>, static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, s, x, ldx, T, w, N, K, y, ldy, accumulate);
     return;
   }
   const int64_t blocks = (N + kRowsPerBlock - 1) / kRowsPerBlock;
-  gemv_kernel<1><<<static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, s>>>(x, ldx, T, w, N, K, y, ldy, accumulate);
+  launch(gemv_kernel<1>, static_cast<unsigned>(blocks), 32 * kRowsPerBlock, 0, s, x, ldx, T, w, N, K, y, ldy, accumulate);
+}
+
+bool gemv_gated(const float* x, int64_t ldx, int T, const Weight& gate, const Weight* up, const float* m,
+                int64_t ldm, int act, int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s) {
+  if (T < 1 || T > 8 || !chunks_fit(x, ldx, gate, K)) return false;
+  if (up) {
+    if (!chunks_fit(x, ldx, *up, K) || !same_encoding(gate, *up)) return false;
+    GemvJob j = gemv_job(x, ldx, T, gate, N, K, y, ldy, false);
+    j.w[1] = *up;
+    j.act = act;
+    launch_gemv_chunks_epi<1>(j, s);
+  } else {
+    GemvJob j = gemv_job(x, ldx, T, gate, N, K, y, ldy, false);
+    j.m = m;
+    j.ldm = ldm;
+    j.act = act;
+    launch_gemv_chunks_epi<2>(j, s);
+  }
+  return true;
+}
+
+bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, const int64_t* N, int64_t K,
+               float* const* y, const int64_t* ldy, cudaStream_t s) {
+  if (T < 1 || T > 8 || count < 1 || count > kGemvSegments) return false;
+  for (int i = 0; i < count; i++)
+    if (!chunks_fit(x, ldx, w[i], K) || !same_encoding(w[0], w[i])) return false;
+  GemvJob j = gemv_job(x, ldx, T, w[0], N[0], K, y[0], ldy[0], false);
+  int64_t end = 0;
+  for (int i = 0; i < kGemvSegments; i++) {
+    const int src = i < count ? i : count - 1;  // unused segments are empty: they end where the last one does
+    if (i < count) end += N[i];
+    j.w[i] = w[src];
+    j.n_end[i] = end;
+    j.y[i] = y[src];
+    j.ldy[i] = ldy[src];
+  }
+  j.segments = count;
+  launch_gemv_chunks_epi<3>(j, s);
+  return true;
 }
 
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
@@ -1057,45 +1305,59 @@ void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* exper
     const int64_t r1 = R - r0 < chunk ? R : r0 + chunk;
     dim3 grid(static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(r1 - r0));
     // Rows r0.. read x rows (r0 + i) / per: shift x by whole input rows only when r0 is a multiple of per.
-    gemv_experts_kernel<<<grid, 32 * kRowsPerBlock, 0, s>>>(x + (r0 / per) * ldx, ldx, per, experts + r0, w, N, K,
+    launch(gemv_experts_kernel, grid, 32 * kRowsPerBlock, 0, s, x + (r0 / per) * ldx, ldx, per, experts + r0, w, N, K,
                                                             y + r0 * ldy, ldy);
   }
 }
 
 void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* out, cudaStream_t s) {
-  dequantize_kernel<<<blocks_for(n * K), kThreads, 0, s>>>(w, n0, n, K, out);
+  launch(dequantize_kernel, blocks_for(n * K), kThreads, 0, s, w, n0, n, K, out);
 }
 
 void embedding(const Weight& table, int64_t V, int64_t D, const int32_t* ids, int64_t n, float scale, float* out,
                int64_t ldo, int* bad_id, cudaStream_t s) {
   if (n == 0) return;
-  embedding_kernel<<<static_cast<unsigned>(n), kThreads, 0, s>>>(table, V, D, ids, scale, out, ldo, bad_id);
+  launch(embedding_kernel, static_cast<unsigned>(n), kThreads, 0, s, table, V, D, ids, scale, out, ldo, bad_id);
 }
 
 void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps, float* y, cudaStream_t s) {
   if (rows == 0) return;
-  rms_norm_kernel<<<static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s>>>(x, w, D, eps, y);
+  launch(rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, w, D, eps, y);
 }
 
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
                   float* y, cudaStream_t s) {
   if (rows == 0) return;
-  add_rms_norm_kernel<<<static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s>>>(x, f, w, D, eps, scale, y);
+  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, f, w, D, eps, scale, y);
+}
+
+void add_rms_norm_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps,
+                       float scale, float* y, const float* w2, float* n, cudaStream_t s) {
+  if (rows == 0) return;
+  launch(add_rms_norm_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, f, w, D, eps, scale,
+         y, w2, n);
+}
+
+void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t D, float eps, const int32_t* pos,
+                   const float* inv_freq, int64_t n, bool interleaved, float* y, cudaStream_t s) {
+  if (T * H == 0) return;
+  launch(rms_norm_rope_kernel, static_cast<unsigned>(T * H), D >= 1024 ? 512 : 128, D * sizeof(float), s, x, w, H, D,
+         eps, pos, inv_freq, n, interleaved, y);
 }
 
 void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,
           int64_t n, bool interleaved, cudaStream_t s) {
   const int64_t total = T * H * n;
   if (total == 0) return;
-  rope_kernel<<<blocks_for(total), kThreads, 0, s>>>(x, T, H, D, sT, sH, pos, inv_freq, n, interleaved);
+  launch(rope_kernel, blocks_for(total), kThreads, 0, s, x, T, H, D, sT, sH, pos, inv_freq, n, interleaved);
 }
 
 int attention_splits(const AttentionArgs& a) {
-  // Few (query, head) blocks over many keys leave most SMs idle: split the keys so that there are a few hundred
-  // blocks, each with at least 64 keys.
+  // Few (query, head) blocks over many keys leave most SMs idle, and each warp's keys follow one another: split the
+  // keys so that there are up to a thousand blocks, each with at least 16 keys (one per warp).
   const int64_t blocks = a.T * a.Hq;
   int64_t splits = 1;
-  while (blocks * splits * 2 <= 512 && a.S / (splits * 2) >= 64) splits *= 2;
+  while (blocks * splits * 2 <= 1024 && a.S / (splits * 2) >= 16) splits *= 2;
   return static_cast<int>(splits);
 }
 
@@ -1114,33 +1376,33 @@ void attention(const AttentionArgs& a, float* scratch, cudaStream_t s) {
   }
   const int splits = attention_splits(a);
   dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(splits));
-  attention_kernel<<<grid, 32 * kAttnWarps, smem, s>>>(a, scratch);
-  if (splits > 1) attention_combine_kernel<<<static_cast<unsigned>(a.T * a.Hq), 128, 0, s>>>(a, scratch, splits);
+  launch(attention_kernel, grid, 32 * kAttnWarps, smem, s, a, scratch);
+  if (splits > 1) launch(attention_combine_kernel, static_cast<unsigned>(a.T * a.Hq), 128, 0, s, a, scratch, splits);
 }
 
 void binary(Elementwise op, const float* a, const float* b, int64_t n, int64_t m, float* y, cudaStream_t s) {
   if (n == 0) return;
-  binary_kernel<<<blocks_for(n), kThreads, 0, s>>>(op, a, b, n, m, y);
+  launch(binary_kernel, blocks_for(n), kThreads, 0, s, op, a, b, n, m, y);
 }
 void scale(const float* a, float v, int64_t n, float* y, cudaStream_t s) {
   if (n == 0) return;
-  scale_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, v, n, y);
+  launch(scale_kernel, blocks_for(n), kThreads, 0, s, a, v, n, y);
 }
 void unary(int op, const float* a, int64_t n, float* y, cudaStream_t s) {
   if (n == 0) return;
-  unary_kernel<<<blocks_for(n), kThreads, 0, s>>>(op, a, n, y);
+  launch(unary_kernel, blocks_for(n), kThreads, 0, s, op, a, n, y);
 }
 void gated(int op, const float* g, const float* u, int64_t n, float* y, cudaStream_t s) {
   if (n == 0) return;
-  gated_kernel<<<blocks_for(n), kThreads, 0, s>>>(op, g, u, n, y);
+  launch(gated_kernel, blocks_for(n), kThreads, 0, s, op, g, u, n, y);
 }
 void softcap(const float* a, float cap, int64_t n, float* y, cudaStream_t s) {
   if (n == 0) return;
-  softcap_kernel<<<blocks_for(n), kThreads, 0, s>>>(a, cap, n, y);
+  launch(softcap_kernel, blocks_for(n), kThreads, 0, s, a, cap, n, y);
 }
 void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s) {
   if (rows == 0) return;
-  softmax_kernel<<<static_cast<unsigned>(rows), D >= 4096 ? 1024 : 256, 0, s>>>(a, D, y);
+  launch(softmax_kernel, static_cast<unsigned>(rows), D >= 4096 ? 1024 : 256, 0, s, a, D, y);
 }
 size_t topk_scratch_floats(int64_t rows, int64_t N, int k) {
   return k == 1 && N >= 16384 && rows <= 64 ? static_cast<size_t>(2 * rows * kArgmaxSlices) : 0;
@@ -1152,45 +1414,46 @@ void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t
   if (topk_scratch_floats(rows, N, k)) {
     float* sv = scratch;
     int* si = reinterpret_cast<int*>(scratch + rows * kArgmaxSlices);
-    argmax_slices_kernel<<<dim3(kArgmaxSlices, static_cast<unsigned>(rows)), 256, 0, s>>>(a, N, kArgmaxSlices, sv, si);
-    argmax_merge_kernel<<<static_cast<unsigned>(rows), 128, 0, s>>>(sv, si, kArgmaxSlices, values, indices);
+    launch(argmax_slices_kernel, dim3(kArgmaxSlices, static_cast<unsigned>(rows)), 256, 0, s, a, N, kArgmaxSlices, sv, si);
+    launch(argmax_merge_kernel, static_cast<unsigned>(rows), 128, 0, s, sv, si, kArgmaxSlices, values, indices);
     return;
   }
-  topk_kernel<<<static_cast<unsigned>(rows), N >= 4096 ? 1024 : 256, 0, s>>>(a, N, k, values, indices);
+  launch(topk_kernel, static_cast<unsigned>(rows), N >= 4096 ? 1024 : 256, 0, s, a, N, k, values, indices);
 }
 void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D, float* out,
                   cudaStream_t s) {
   if (T * D == 0) return;
-  combine_rows_kernel<<<blocks_for(T * D), kThreads, 0, s>>>(rows, weights, T, k, D, out);
+  launch(combine_rows_kernel, blocks_for(T * D), kThreads, 0, s, rows, weights, T, k, D, out);
 }
 void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n, int32_t* out, int* bad,
                  cudaStream_t s) {
   if (n * C == 0) return;
-  gather_rows_kernel<<<blocks_for(n * C), kThreads, 0, s>>>(table, R, C, ids, n, out, bad);
+  launch(gather_rows_kernel, blocks_for(n * C), kThreads, 0, s, table, R, C, ids, n, out, bad);
 }
 void scatter(const float* values, const int32_t* index, int64_t n, float* out, int64_t V, int* bad, cudaStream_t s) {
   if (n == 0) return;
-  scatter_kernel<<<blocks_for(n), kThreads, 0, s>>>(values, index, n, out, V, bad);
+  launch(scatter_kernel, blocks_for(n), kThreads, 0, s, values, index, n, out, V, bad);
 }
 
 void route(const RouteArgs& a, cudaStream_t s) {
   if (a.T == 0) return;
   const size_t smem = sizeof(float) * (2 * a.E + a.groups);
-  route_kernel<<<static_cast<unsigned>(a.T), kThreads, smem, s>>>(a);
+  launch(route_kernel, static_cast<unsigned>(a.T), kThreads, smem, s, a);
 }
 
 void kv_write(const KvWriteArgs& a, cudaStream_t s) {
   if (a.T * a.H == 0) return;
-  kv_write_kernel<<<static_cast<unsigned>(a.T * a.H), 128, 0, s>>>(a);
+  launch(kv_write_kernel, static_cast<unsigned>(a.T * a.H), 128, 0, s, a);
 }
 void forget_positions(int32_t* slot_pos, int64_t C, int64_t n, cudaStream_t s) {
   if (C == 0) return;
-  forget_positions_kernel<<<blocks_for(C), kThreads, 0, s>>>(slot_pos, C, n);
+  launch(forget_positions_kernel, blocks_for(C), kThreads, 0, s, slot_pos, C, n);
 }
 
 // ---- Sampling on the device ----
 
 __global__ void logsumexp_kernel(const float* a, int64_t N, float scale, float* out) {
+  pdl_begin();
   __shared__ float scratch[32];
   const float* x = a + blockIdx.x * N;
   float mx = -INFINITY;
@@ -1207,6 +1470,7 @@ __global__ void logsumexp_kernel(const float* a, int64_t N, float scale, float* 
 }
 
 __global__ void mask_tokens_kernel(float* x, int64_t N, const uint32_t* bits) {
+  pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     if (!((bits[i >> 5] >> (i & 31)) & 1u)) x[i] = -INFINITY;
@@ -1215,6 +1479,7 @@ __global__ void mask_tokens_kernel(float* x, int64_t N, const uint32_t* bits) {
 // One thread per (distinct) id. The explicit _rn intrinsics keep the host sampler's rounding (no fused multiply-add).
 __global__ void penalize_kernel(float* x, int64_t N, const int32_t* ids, const int32_t* counts, int64_t n,
                                 float repeat, float presence, float frequency) {
+  pdl_begin();
   for (int64_t j = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; j < n;
        j += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = ids[j];
@@ -1231,6 +1496,7 @@ __global__ void penalize_kernel(float* x, int64_t N, const int32_t* ids, const i
 // in_i null: indices are the column numbers. Padding sorts last (-inf with the largest index).
 __global__ void __launch_bounds__(1024) topk_chunk_kernel(const float* in_v, const int32_t* in_i, int64_t L, int k,
                                                          float* out_v, int32_t* out_i, int64_t chunks) {
+  pdl_begin();
   __shared__ float sv[kTopkChunk];
   __shared__ int32_t si[kTopkChunk];
   const int64_t row = blockIdx.y, chunk = blockIdx.x, start = chunk * kTopkChunk;
@@ -1275,16 +1541,16 @@ __global__ void __launch_bounds__(1024) topk_chunk_kernel(const float* in_v, con
 
 void logsumexp(const float* a, int64_t rows, int64_t N, float scale, float* out, cudaStream_t s) {
   if (rows == 0) return;
-  logsumexp_kernel<<<static_cast<unsigned>(rows), N >= 4096 ? 1024 : 256, 0, s>>>(a, N, scale, out);
+  launch(logsumexp_kernel, static_cast<unsigned>(rows), N >= 4096 ? 1024 : 256, 0, s, a, N, scale, out);
 }
 void mask_tokens(float* x, int64_t N, const uint32_t* bits, cudaStream_t s) {
   if (N == 0) return;
-  mask_tokens_kernel<<<blocks_for(N), kThreads, 0, s>>>(x, N, bits);
+  launch(mask_tokens_kernel, blocks_for(N), kThreads, 0, s, x, N, bits);
 }
 void penalize(float* x, int64_t N, const int32_t* ids, const int32_t* counts, int64_t n, float repeat,
               float presence, float frequency, cudaStream_t s) {
   if (n == 0) return;
-  penalize_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, N, ids, counts, n, repeat, presence, frequency);
+  launch(penalize_kernel, blocks_for(n), kThreads, 0, s, x, N, ids, counts, n, repeat, presence, frequency);
 }
 
 int64_t topk_chunked_scratch(int64_t rows, int64_t N, int k) {
@@ -1303,12 +1569,12 @@ void topk_chunked(const float* a, int64_t rows, int64_t N, int k, float* values,
     const int64_t chunks = (L + kTopkChunk - 1) / kTopkChunk;
     const dim3 grid(static_cast<unsigned>(chunks), static_cast<unsigned>(rows));
     if (chunks == 1) {
-      topk_chunk_kernel<<<grid, 1024, 0, s>>>(in_v, in_i, L, k, values, indices, 1);
+      launch(topk_chunk_kernel, grid, 1024, 0, s, in_v, in_i, L, k, values, indices, 1);
       return;
     }
     float* ov = scratch_v + buf * half;
     int32_t* oi = scratch_i + buf * half;
-    topk_chunk_kernel<<<grid, 1024, 0, s>>>(in_v, in_i, L, k, ov, oi, chunks);
+    launch(topk_chunk_kernel, grid, 1024, 0, s, in_v, in_i, L, k, ov, oi, chunks);
     in_v = ov;
     in_i = oi;
     L = chunks * k;

@@ -41,12 +41,25 @@ struct Weight {
   int64_t expert_stride_s = 0;
 };
 
+// Launch each kernel with programmatic stream serialization (compute capability 9.0 and later): the next kernel on
+// the stream is launched while this one runs and waits, on the device, for it to finish.
+void set_programmatic_launch(bool on);
+
 void copy(const View& src, const View& dst, cudaStream_t s);
 void fill(const View& dst, float value, cudaStream_t s);
 
 // y[t, n] (+)= Σ_k x[t, k] · W[n, k] for t < T (T ≤ 8): weights read once for all T rows.
 void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
           bool accumulate, cudaStream_t s);
+// The gated GEMV: y[t, n] = act(x[t] · gate[n]) · (x[t] · up[n]) with `up`, else act(x[t] · gate[n]) · m[t, n]
+// (row stride ldm); act is a vatic::Unary value. Returns false, launching nothing, when the weights are not of a
+// layout it reads (T above 8, unaligned rows, gate and up of different encodings): the caller composes instead.
+bool gemv_gated(const float* x, int64_t ldx, int T, const Weight& gate, const Weight* up, const float* m,
+                int64_t ldm, int act, int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s);
+// Several matrices of one input in one launch: y[i][t, n] = x[t] · w[i][n] for n < N[i], i < count (at most 3).
+// Returns false, launching nothing, where gemv_gated would (or when the matrices' encodings differ).
+bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, const int64_t* N, int64_t K,
+               float* const* y, const int64_t* ldy, cudaStream_t s);
 // Routed rows: y[r, :] = x[r / per, :] · W[experts[r]]ᵀ for r < R.
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
                   int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s);
@@ -61,6 +74,13 @@ void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps
 // y = (x + rms_norm(f)·w) · scale over rows of D.
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
                   float* y, cudaStream_t s);
+// add_rms_norm, then n = rms_norm(y)·w2 (w2 may be null) over the same rows.
+void add_rms_norm_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps,
+                       float scale, float* y, const float* w2, float* n, cudaStream_t s);
+// y = rope(rms_norm(x)·w) for contiguous x, y [T, H, D] (D <= kMaxNormRopeD), n frequencies.
+void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t D, float eps, const int32_t* pos,
+                   const float* inv_freq, int64_t n, bool interleaved, float* y, cudaStream_t s);
+constexpr int64_t kMaxNormRopeD = 8192;
 // x [T, H, D] with strides (sT, sH, 1); n frequencies.
 void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,
           int64_t n, bool interleaved, cudaStream_t s);

@@ -84,11 +84,12 @@ std::pair<Tensor, Tensor> Gemma4Assistant::step(KvState& st, const Tensor& token
   const float eps = static_cast<float>(tc.rms_norm_eps);
   Tensor e = target_.embed(token);
   Tensor x = ops::matmul(ops::concat_cols(e, h), pre_projection_);
+  // Each residual add also applies the norm that follows it (the next block's input norm, finally the output norm).
+  Tensor xn = ops::rms_norm(x, layers_[0].input_ln, eps);
   for (int i = 0; i < tc.num_layers; i++) {
     const auto& lc = tc.layer(i);
     const auto& l = layers_[i];
-    Tensor q = Gemma4Model::attention_queries(l, ops::rms_norm(x, l.input_ln, eps), tc.num_attention_heads,
-                                              lc.head_dim, positions, eps);
+    Tensor q = Gemma4Model::attention_queries(l, xn, tc.num_attention_heads, lc.head_dim, positions, eps);
     KvCache& kv = st.cache(donors_[i]);
     AttentionParams ap;
     // Sliding layers see the W+1 most recent target keys, p-W-1 .. p-1 (the query sits at p, whose key does not
@@ -96,11 +97,13 @@ std::pair<Tensor, Tensor> Gemma4Assistant::step(KvState& st, const Tensor& token
     // architecture notes suggest W keys, and the fixtures disagree with that past the window.
     ap.window = lc.is_sliding ? target_.config().sliding_window + 2 : 0;
     Tensor o = ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap);
-    x = ops::add(x, ops::rms_norm(ops::matmul(o.reshape({1, -1}), l.o), l.post_attn_ln, eps));
-    x = ops::add(x, ops::rms_norm(Gemma4Model::mlp(l, ops::rms_norm(x, l.pre_ff_ln, eps)), l.post_ff_ln, eps));
-    x = ops::scale(x, l.layer_scalar);
+    auto a = ops::add_rms_norm_norm(x, ops::matmul(o.reshape({1, -1}), l.o), l.post_attn_ln, eps, 1.0f, l.pre_ff_ln);
+    const Tensor& next = i + 1 < tc.num_layers ? layers_[i + 1].input_ln : final_norm_;
+    auto f = ops::add_rms_norm_norm(a.residual, Gemma4Model::mlp(l, a.normed), l.post_ff_ln, eps, l.layer_scalar, next);
+    x = f.residual;
+    xn = f.normed;
   }
-  Tensor y = ops::rms_norm(x, final_norm_, eps);
+  const Tensor& y = xn;
   return {head(y), ops::matmul(y, post_projection_)};
 }
 

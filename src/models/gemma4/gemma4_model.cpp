@@ -122,14 +122,16 @@ Tensor Gemma4Model::embed(const Tensor& ids) const { return ops::embedding(embed
 
 Tensor Gemma4Model::attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,
                                       const Tensor& positions, float eps) {
-  const int64_t T = a.dim(0);
-  Tensor q = ops::rms_norm(ops::matmul(a, l.q).reshape({T, heads, head_dim}), l.q_norm, eps);
-  ops::rope_inplace(q, positions, l.inv_freq, false);
-  return q;
+  return normed_queries(l, ops::matmul(a, l.q), heads, head_dim, positions, eps);
+}
+
+Tensor Gemma4Model::normed_queries(const Gemma4Layer& l, const Tensor& q, int64_t heads, int64_t head_dim,
+                                   const Tensor& positions, float eps) {
+  return ops::rms_norm_rope(q.reshape({q.dim(0), heads, head_dim}), l.q_norm, eps, positions, l.inv_freq, false);
 }
 
 Tensor Gemma4Model::mlp(const Gemma4Layer& l, const Tensor& y) {
-  return ops::matmul(ops::gated(Unary::GeluTanh, ops::matmul(y, l.gate), ops::matmul(y, l.up)), l.down);
+  return ops::matmul(ops::matmul_gated(y, l.gate, l.up, Unary::GeluTanh), l.down);
 }
 
 Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positions, KvState& st) {
@@ -137,12 +139,18 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
   const auto& l = layers_[i];
   const int64_t T = a.dim(0), nh = cfg_.num_attention_heads, d = lc.head_dim, nkv = lc.num_kv_heads;
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  Tensor q = attention_queries(l, a, nh, d, positions, eps);
-  if (!lc.kv_shared) {
-    Tensor kraw = ops::matmul(a, l.k).reshape({T, nkv, d});
-    Tensor vraw = lc.k_eq_v ? kraw : ops::matmul(a, l.v).reshape({T, nkv, d});
-    Tensor k = ops::rms_norm(kraw, l.k_norm, eps);
-    ops::rope_inplace(k, positions, l.inv_freq, false);
+  Tensor q;
+  if (lc.kv_shared) {
+    q = attention_queries(l, a, nh, d, positions, eps);
+  } else {
+    // The query, key and value projections in one op.
+    std::vector<const Linear*> ws = {&l.q, &l.k};
+    if (!lc.k_eq_v) ws.push_back(&l.v);
+    std::vector<Tensor> p = ops::matmul_many(a, ws);
+    q = normed_queries(l, p[0], nh, d, positions, eps);
+    Tensor kraw = p[1].reshape({T, nkv, d});
+    Tensor vraw = lc.k_eq_v ? kraw : p[2].reshape({T, nkv, d});
+    Tensor k = ops::rms_norm_rope(kraw, l.k_norm, eps, positions, l.inv_freq, false);
     Tensor v = ops::rms_norm(vraw, Tensor(), eps);
     st.cache(i).append(k, v, positions);
   }
@@ -154,10 +162,10 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
   return ops::matmul(out.reshape({T, nh * d}), l.o);
 }
 
-Tensor Gemma4Model::moe_block(const Gemma4Layer& l, const Tensor& r) {
+Tensor Gemma4Model::moe_block(const Gemma4Layer& l, const Tensor& r, const Tensor& r_normed) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const int64_t H = cfg_.hidden_size, MI = cfg_.moe_intermediate_size;
-  Tensor m1 = ops::rms_norm(mlp(l, ops::rms_norm(r, l.pre_ff_ln, eps)), l.post_ff_ln1, eps);
+  Tensor m1 = ops::rms_norm(mlp(l, r_normed), l.post_ff_ln1, eps);
   // Router: weight-less norm of the raw residual, learned scale, H^-1/2.
   Tensor z = ops::scale(ops::mul(ops::rms_norm(r, Tensor(), eps), l.router_scale), 1.0f / std::sqrt(float(H)));
   Tensor weights, experts;
@@ -202,25 +210,29 @@ ForwardResult Gemma4Model::forward_eager(KvState& st, const std::vector<int32_t>
   Tensor ple;
   // Per-layer inputs laid out [L, T, P] (one copy), so that each layer's rows are contiguous.
   if (cfg_.hidden_size_per_layer_input > 0) ple = ops::contiguous(per_layer_inputs(ids, x).transpose(0, 1));
+  // Each residual add also applies the norm that follows it: the feed-forward's input norm, the next layer's input
+  // norm, after the last layer the output norm (row by row, so the rows a caller keeps are unchanged by it).
+  Tensor xn = ops::rms_norm(x, layers_[0].input_ln, eps);
   for (int i = 0; i < cfg_.num_layers; i++) {
     const auto& l = layers_[i];
-    Tensor attn = attention_block(i, ops::rms_norm(x, l.input_ln, eps), positions, st);
-    x = ops::add_rms_norm(x, attn, l.post_attn_ln, eps);
-    Tensor f = cfg_.enable_moe_block ? moe_block(l, x) : mlp(l, ops::rms_norm(x, l.pre_ff_ln, eps));
+    Tensor attn = attention_block(i, xn, positions, st);
+    auto a = ops::add_rms_norm_norm(x, attn, l.post_attn_ln, eps, 1.0f, l.pre_ff_ln);
+    x = a.residual;
+    Tensor f = cfg_.enable_moe_block ? moe_block(l, x, a.normed) : mlp(l, a.normed);
+    const Tensor& next = i + 1 < cfg_.num_layers ? layers_[i + 1].input_ln : final_norm_;
     // The layer's last residual add also applies its scalar.
-    if (!ple.defined()) {
-      x = ops::add_rms_norm(x, f, l.post_ff_ln, eps, l.layer_scalar);
-      continue;
+    if (ple.defined()) {
+      x = ops::add_rms_norm(x, f, l.post_ff_ln, eps);
+      f = ops::matmul(ops::matmul_gated(x, l.ple_gate, ple.select(0, i), Unary::GeluTanh), l.ple_proj);
     }
-    x = ops::add_rms_norm(x, f, l.post_ff_ln, eps);
-    Tensor pi = ple.select(0, i);  // [T, P]
-    Tensor g = ops::gated(Unary::GeluTanh, ops::matmul(x, l.ple_gate), pi);
-    x = ops::add_rms_norm(x, ops::matmul(g, l.ple_proj), l.post_ple_norm, eps, l.layer_scalar);
+    auto o = ops::add_rms_norm_norm(x, f, ple.defined() ? l.post_ple_norm : l.post_ff_ln, eps, l.layer_scalar, next);
+    x = o.residual;
+    xn = o.normed;
   }
   ForwardResult r;
-  if (all_hidden) r.hidden = ops::rms_norm(x, final_norm_, eps);
+  if (all_hidden) r.hidden = xn;
   if (n_out == 0) return r;
-  Tensor h = all_hidden ? r.hidden.slice(0, T - n_out, T) : ops::rms_norm(x.slice(0, T - n_out, T), final_norm_, eps);
+  Tensor h = xn.slice(0, T - n_out, T);
   if (!all_hidden) r.hidden = h;
   r.logits = ops::matmul(h, lm_head_);
   if (cfg_.final_logit_softcapping && *cfg_.final_logit_softcapping > 0)

@@ -54,6 +54,8 @@ class LanguageModel {
   // With all_hidden, `hidden` holds every row of the forward (drafters with their own caches consume them).
   virtual ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
                                 bool all_hidden = false) = 0;
+  // Device graphs recorded for decode-sized forwards and alive now (0 on the CPU and for eager-only models).
+  virtual size_t recorded_graphs() const { return 0; }
 };
 
 // Proposes draft tokens. The target has processed `state.length()` tokens and chose `last_token` (not yet run);

@@ -154,6 +154,8 @@ TEST_P(Glm4Parity, RewindAndSnapshotEqualRecompute) {
   EXPECT_LT(max_rel(cont, logits_of(*lm, *fresh2, seq11, 1), V), 1e-5);
 }
 
+TEST_P(Glm4Parity, GraphReplaysEqualEagerForwards) { expect_graph_replays_equal_eager(GetParam()); }
+
 INSTANTIATE_TEST_SUITE_P(Fixtures, Glm4Parity, ::testing::Values("glm4-moe-lite-tiny", "glm4-moe-lite-grouped-tiny"));
 
 TEST(Glm4MoeLite, InfoAndKvBytes) {

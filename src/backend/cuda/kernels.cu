@@ -1183,8 +1183,8 @@ void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
 template <int R, int BITS, int EPI>
 void launch_gemv_chunks_t(const GemvJob& j, cudaStream_t s) {
   if (j.T == 1) return launch_gemv_chunks<1, R, BITS, EPI>(j, s);
-  if constexpr (R == 4) {
-    return launch_gemv_chunks<2, R, BITS, EPI>(j, s);  // four rows per warp are taken for T <= 2 only
+  if constexpr (R == 4 && BITS != 0) {
+    return launch_gemv_chunks<2, R, BITS, EPI>(j, s);  // four rows of codes per warp are taken for T <= 2 only
   } else {
     if (j.T == 2) return launch_gemv_chunks<2, R, BITS, EPI>(j, s);
     if (j.T <= 4) return launch_gemv_chunks<4, R, BITS, EPI>(j, s);
@@ -1201,8 +1201,10 @@ void launch_gemv_chunks_bits(const GemvJob& j, cudaStream_t s) {
 
 template <int EPI>
 void launch_gemv_chunks_epi(const GemvJob& j, cudaStream_t s) {
-  // Four rows per warp share each x load; with more than 2 input rows, two keep the registers in bounds.
-  if ((EPI == 1 || j.n_end[EPI == 3 ? kGemvSegments - 1 : 0] >= 4096) && j.T <= 2)
+  // Four rows per warp share each x load (a verification's 8 input rows read x from L1 once per four weight rows,
+  // not two); with more than 2 input rows quantized codes take too many registers for four.
+  const bool four = EPI == 1 || j.n_end[EPI == 3 ? kGemvSegments - 1 : 0] >= 4096;
+  if (four && (j.T <= 2 || j.w[0].bits == 0))
     launch_gemv_chunks_bits<4, EPI>(j, s);
   else
     launch_gemv_chunks_bits<2, EPI>(j, s);

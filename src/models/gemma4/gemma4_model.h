@@ -44,8 +44,7 @@ class Gemma4Model final : public LanguageModel {
   Tensor embed(const Tensor& ids) const;
   Device device() const override { return weights_->device(); }
   const Gemma4Layer& layer(int i) const { return layers_.at(static_cast<size_t>(i)); }
-  // Device graphs recorded for decode-sized forwards and alive now (0 on the CPU).
-  size_t recorded_graphs() const { return graphs_->graphs(); }
+  size_t recorded_graphs() const override { return graphs_->graphs(); }
 
   // Shared by the assistant drafter: one Gemma 4 attention + MLP layer over caches it does not own.
   static Tensor attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,

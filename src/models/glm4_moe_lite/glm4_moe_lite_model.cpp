@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
-#include <numeric>
 
+#include "models/step_inputs.h"
 #include "models/weights.h"
 #include "ops/ops.h"
 
@@ -76,6 +76,8 @@ Glm4MoeLiteModel::Glm4MoeLiteModel(Glm4MoeLiteConfig config, std::shared_ptr<con
   info_.quantization = totals.quantized ? "quantized" : dtype_name(embed_tokens_.dtype());
   std::transform(info_.quantization.begin(), info_.quantization.end(), info_.quantization.begin(),
                  [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  head_ids(64);  // made now: a graph being recorded may not upload it
+  graphs_ = std::make_unique<ForwardGraphs>(device());
 }
 
 Glm4LayerWeights Glm4MoeLiteModel::load_layer(const std::string& p) const {
@@ -152,7 +154,7 @@ Tensor Glm4MoeLiteModel::attention(const Glm4MlaWeights& a, const Tensor& x, con
   ops::copy_into(ops::rms_norm(ckv.slice(1, 0, kvl), a.kv_a_norm, kLoraNormEps), entry.select(1, 0).slice(1, 0, kvl));
   ops::copy_into(ckv.slice(1, kvl, kvl + rope), entry.select(1, 0).slice(1, kvl, kvl + rope));
   ops::rope_inplace(entry.slice(2, kvl, kvl + rope), rope_pos, inv_freq_, il);
-  cache.append(entry, ops::empty_like(ckv, {T, 1, 0}));
+  cache.append(entry, ops::empty_like(ckv, {T, 1, 0}), slot_pos);
 
   // Absorbed queries [T, nh, kvl + rope]: W_UK[h]ᵀ q_nope_h beside q_rot_h, every head in one call.
   Tensor qa = ops::empty_like(q, {T, nh, kvl + rope});
@@ -209,16 +211,21 @@ Tensor Glm4MoeLiteModel::layer_forward(const Glm4LayerWeights& l, const Tensor& 
 
 ForwardResult Glm4MoeLiteModel::forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
                                         bool all_hidden) {
-  auto& st = static_cast<KvState&>(state);
   const int64_t T = static_cast<int64_t>(tokens.size());
   VATIC_CHECK(T > 0, "forward over no tokens");
   VATIC_CHECK(n_out >= 0 && n_out <= T, "forward: {} outputs requested from {} tokens", n_out, T);
-  const int64_t p0 = st.length();
-  std::vector<int32_t> pos(static_cast<size_t>(T));
-  std::iota(pos.begin(), pos.end(), static_cast<int32_t>(p0));
-  Tensor positions = ops::ids(pos, device());
+  return graphs_->run(static_cast<KvState&>(state), tokens, n_out, all_hidden,
+                      [this](KvState& st, const std::vector<int32_t>& t, int64_t n, bool all) {
+                        return forward_eager(st, t, n, all);
+                      });
+}
 
-  Tensor x = ops::embedding(embed_tokens_, ops::ids(tokens, device()));
+ForwardResult Glm4MoeLiteModel::forward_eager(KvState& st, const std::vector<int32_t>& tokens, int64_t n_out,
+                                              bool all_hidden) {
+  const int64_t T = static_cast<int64_t>(tokens.size());
+  const StepInputs in = step_inputs(tokens, st.length(), device());
+  const Tensor& positions = in.positions;
+  Tensor x = ops::embedding(embed_tokens_, in.ids);
   for (int i = 0; i < cfg_.num_layers; i++) x = layer_forward(layers_[i], x, positions, positions, st.cache(i));
 
   ForwardResult r;

@@ -12,6 +12,7 @@
 
 #include "backend/linear.h"
 #include "models/blocks.h"
+#include "models/forward_graphs.h"
 #include "models/glm4_moe_lite/glm4_moe_lite_config.h"
 #include "models/kv_state.h"
 #include "models/weights.h"
@@ -52,6 +53,8 @@ class Glm4MoeLiteModel final : public LanguageModel {
   ForwardResult forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
                         bool all_hidden = false) override;
 
+  size_t recorded_graphs() const override { return graphs_->graphs(); }
+
   const Glm4MoeLiteConfig& config() const { return cfg_; }
   const std::shared_ptr<const Weights>& weights() const { return weights_; }
   Device device() const override { return weights_->device(); }
@@ -73,6 +76,8 @@ class Glm4MoeLiteModel final : public LanguageModel {
   blocks::MoeRouting routing() const;  // the config's sigmoid routing (without the per-layer score bias)
   // I32 [T·nh]: the head of each row when T tokens' heads are laid out as rows (per-head matmuls in one call).
   Tensor head_ids(int64_t T) const;
+  // One forward op by op; forward() replays it from a device graph where it can (decode and verification widths).
+  ForwardResult forward_eager(KvState& st, const std::vector<int32_t>& tokens, int64_t n_out, bool all_hidden);
 
   Glm4MoeLiteConfig cfg_;
   std::shared_ptr<const Weights> weights_;
@@ -82,7 +87,8 @@ class Glm4MoeLiteModel final : public LanguageModel {
   Tensor final_norm_;
   Tensor inv_freq_;      // F32 [rope / 2]
   std::vector<Glm4LayerWeights> layers_;
-  mutable Tensor head_ids_;  // 0..nh-1 repeated, grown on demand
+  mutable Tensor head_ids_;  // 0..nh-1 repeated, for 64 tokens from the start (no upload inside a recorded graph)
+  std::unique_ptr<ForwardGraphs> graphs_;
 };
 
 }  // namespace vatic

@@ -124,9 +124,12 @@ struct Size {
   int64_t T, N, K;
 };
 // Decode, verify and prefill token counts; K not a multiple of 16 or 64; N not a multiple of the row tile.
-const std::vector<Size> kDenseSizes = {{1, 1, 1},    {1, 37, 129},  {1, 64, 1536}, {2, 19, 100}, {3, 33, 47},
-                                       {5, 21, 200}, {7, 8, 64},    {9, 70, 257},  {13, 9, 31},  {64, 36, 300},
-                                       {70, 19, 1030}, {130, 17, 2100}};
+// From 32 tokens on, prefill runs on packed panels (32 outputs × 256 inputs on AVX-512, 16 on AVX2, 4 generic)
+// and token blocks of 256: whole and partial panels, several input blocks, more than one token block.
+const std::vector<Size> kDenseSizes = {{1, 1, 1},      {1, 37, 129},   {1, 64, 1536}, {2, 19, 100}, {3, 33, 47},
+                                       {5, 21, 200},   {7, 8, 64},     {9, 70, 257},  {13, 9, 31},  {31, 40, 90},
+                                       {32, 64, 256},  {33, 1, 17},    {64, 36, 300}, {70, 19, 1030},
+                                       {130, 17, 2100}, {300, 70, 520}};
 
 class DenseMatmul : public ::testing::TestWithParam<DType> {};
 
@@ -220,8 +223,9 @@ TEST_P(QuantMatmul, MatchesDequantizeThenDouble) {
   const auto [bits, group] = GetParam();
   Backend& be = cpu_backend();
   const std::vector<Size> sizes = {{1, 1, 64},    {1, 37, 192},  {1, 130, 1536}, {2, 19, 128}, {3, 5, 64},
-                                   {5, 21, 320},  {8, 33, 256},  {9, 70, 448},   {17, 7, 128}, {64, 36, 1088},
-                                   {100, 23, 2112}};
+                                   {5, 21, 320},  {8, 33, 256},  {9, 70, 448},   {17, 7, 128}, {31, 40, 192},
+                                   {32, 64, 256}, {45, 3, 64},   {64, 36, 1088}, {100, 23, 2112},
+                                   {300, 70, 576}};
   for (const auto& sz : sizes) {
     if (sz.K % group) continue;
     SCOPED_TRACE("T=" + std::to_string(sz.T) + " N=" + std::to_string(sz.N) + " K=" + std::to_string(sz.K));

@@ -308,10 +308,13 @@ TEST(Attention, MatchesDoubleReference) {
                                        // sizes that are not a multiple of the vector width, ring-like gaps
                                        {1, 150, 4, 1, 64, 64, 128, 0},  {1, 263, 4, 1, 128, 128, 0, 7},
                                        {3, 77, 6, 2, 72, 200, 0, 0},    {15, 90, 8, 2, 36, 13, 40, 5},
-                                       // 16 queries and more: blocked Q·Kᵀ and P·V (one thread, then threads)
+                                       // 16 queries and more: blocked Q·Kᵀ and P·V over the query heads of a
+                                       // KV head together (blocks of at least 64 rows: 64 queries without GQA,
+                                       // 16 with 8 heads a KV head), one thread, then threads
                                        {16, 16, 2, 1, 16, 16, 0, 0},    {21, 40, 4, 2, 33, 17, 6, 3},
                                        {37, 37, 3, 1, 64, 48, 0, 5},    {40, 300, 8, 2, 64, 64, 0, 3},
-                                       {70, 200, 4, 1, 256, 256, 50, 0}};
+                                       {70, 200, 4, 1, 256, 256, 50, 0}, {100, 130, 2, 2, 40, 24, 30, 4},
+                                       {33, 50, 8, 1, 64, 64, 0, 0}};
   for (const auto& c : cases) {
     SCOPED_TRACE("T=" + std::to_string(c.T) + " S=" + std::to_string(c.S) + " Hq=" + std::to_string(c.Hq) +
                  " Hkv=" + std::to_string(c.Hkv) + " window=" + std::to_string(c.window));

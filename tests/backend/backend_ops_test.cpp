@@ -551,6 +551,16 @@ TEST(Elementwise, TanhFamilyPerIsa) {
       check([&](int64_t i) { return gelu(A[i]) * B[i]; }, "gated");
       be.softcap(a, 30.0f, y);
       check([&](int64_t i) { return 30.0 * std::tanh(A[i] / 30.0); }, "softcap");
+      // GELU runs in vectors around the vector tanh with the scalar expression's operations in its order: bit
+      // for bit the scalar formula over this ISA's tanh.
+      std::vector<float> z(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; i++) z[i] = 0.7978845608028654f * (A[i] + 0.044715f * A[i] * A[i] * A[i]);
+      cpu::kernels().tanh(z.data(), z.data(), n);
+      be.gated(Unary::GeluTanh, a, b, y);
+      for (int64_t i = 0; i < n; i++)
+        ASSERT_EQ(y.data<float>()[i], 0.5f * A[i] * (1.0f + z[i]) * B[i]) << "gated gelu at " << i;
+      be.unary(Unary::GeluTanh, a, y);
+      for (int64_t i = 0; i < n; i++) ASSERT_EQ(y.data<float>()[i], 0.5f * A[i] * (1.0f + z[i])) << "gelu at " << i;
     });
   }
 }

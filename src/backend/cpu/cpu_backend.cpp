@@ -616,12 +616,14 @@ class CpuBackend final : public Backend {
     return x;
   }
   // Tanh-based activations in blocks through the vector tanh: Y[i] = f(A[i]) (· U[i] when U is given), with f the
-  // same expression as act() except that tanh comes from kernels().tanh.
+  // same expression as act() except that tanh comes from kernels().tanh (GELU: kernels().gelu_tanh, the whole
+  // expression in vectors, the same operations in the same order).
   static constexpr int64_t kActBlock = 1024;
   static void tanh_act(Unary op, const float* A, const float* U, float* Y, int64_t n, float cap = 1.0f) {
     const auto& k = kernels();
     auto block = [&](int64_t i0) {
       const int64_t m = std::min(kActBlock, n - i0);
+      if (op == Unary::GeluTanh) return k.gelu_tanh(A + i0, U ? U + i0 : nullptr, Y + i0, m);
       float z[kActBlock];
       const float* a = A + i0;
       const float c = 0.7978845608028654f;  // sqrt(2/pi)

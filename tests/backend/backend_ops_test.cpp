@@ -175,6 +175,30 @@ TEST_P(DenseMatmul, MatchesDoubleReference) {
   }
 }
 
+// A decode step (T = 1) and a short verification (T = 2..9) compute each token's outputs with the same sums, bit for
+// bit: greedy decoding with speculation must equal decoding without it. Decode reads dense rows one at a time
+// and verification in tiles of several rows; both must keep each row's order of operations.
+TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
+  Backend& be = cpu_backend();
+  for (DType wt : {DType::BF16, DType::F32}) {
+    for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{37, 129}, {64, 256}, {21, 1536}}) {
+      SCOPED_TRACE(std::string(dtype_name(wt)) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+      Linear w;
+      w.weight = random_tensor({N, K}, wt, 0.5f);
+      Tensor x = random_tensor({7, K});
+      for_each_isa([&] {
+        Tensor all = Tensor::empty({7, N}, DType::F32);
+        be.matmul(x, w, all, false);
+        for (int64_t t = 0; t < 7; t++) {
+          Tensor one = Tensor::empty({1, N}, DType::F32);
+          be.matmul(x.slice(0, t, t + 1), w, one, false);
+          for (int64_t n = 0; n < N; n++) ASSERT_EQ(one.data<float>()[n], all.data<float>()[t * N + n]) << t << ", " << n;
+        }
+      });
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, DenseMatmul, ::testing::Values(DType::BF16, DType::F32, DType::F16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

@@ -10,7 +10,14 @@ llama.cpp's plain decode of the same row.
 
 Options: --threads 1,2  --rounds 3 (alternations; the order flips every round)  --reps 2 (runs per tool per round)
 --ngen 128 (decode tokens)  --pp 128,512 (prompt lengths)  --vocab 4096 (prompt ids are drawn below it)
---json FILE (raw best values).  llama.cpp is never built by the project: build it yourself (see docs/performance.md).
+--json FILE (raw best values).  --prefill warm|cold (default warm).  llama.cpp is never built by the project: build
+it yourself (see docs/performance.md).
+
+Prefill is measured the way llama-bench measures it: warm, in one process that has already run the prompt (its
+buffers allocated, the weights paged in), best of --reps + 1 runs: `vatic bench --model M --prompt N --reps R+1`
+(it restarts from an empty state each run, so nothing is reused). `--prefill cold` times the prompt of a fresh
+`vatic debug generate` process instead (first-touch page faults of weights and buffers included; about 10 % on
+the demo model). Decode is `vatic debug generate --ignore-eos` from an 8-token prompt either way.
 """
 import argparse, json, os, random, subprocess, sys, time
 
@@ -26,6 +33,7 @@ ap.add_argument("--ngen", type=int, default=128)
 ap.add_argument("--pp", default="128,512")
 ap.add_argument("--vocab", type=int, default=4096)
 ap.add_argument("--json")
+ap.add_argument("--prefill", choices=["warm", "cold"], default="warm")
 args = ap.parse_args()
 
 env0 = dict(os.environ)
@@ -62,12 +70,26 @@ def vatic_run(model, t, tokens, max_tokens, ignore_eos):
         sys.exit(f"vatic failed: {' '.join(cmd)}\n{p.stderr[-2000:]}")
     return json.loads(p.stdout)["stats"]
 
+def vatic_prefill_warm(model, t, n):
+    env = dict(env0, OMP_NUM_THREADS=str(t))
+    cmd = [args.vatic, "bench", "--model", model, "--prompt", str(n), "--tokens", "1", "--reps", str(args.reps + 1),
+           "--no-verify", "--bandwidth-mib", "16"]
+    p = subprocess.run(cmd, capture_output=True, text=True, env=env)
+    for line in p.stdout.splitlines():
+        f = line.split()
+        if f and f[0] == f"pp{n}":
+            return float(f[1])
+    sys.exit(f"vatic bench failed: {' '.join(cmd)}\n{p.stdout[-1000:]}{p.stderr[-2000:]}")
+
 def vatic(model, draft_model, t):
     res = {}
+    if args.prefill == "warm":
+        for n in PPS:
+            res[f"pp{n}"] = vatic_prefill_warm(model, t, n)
     for _ in range(args.reps):
         o = vatic_run(model, t, PROMPT8, args.ngen, True)
         res["tg"] = max(res.get("tg", 0), o["decode_tokens_per_second"])
-        for n in PPS:
+        for n in PPS if args.prefill == "cold" else []:
             o = vatic_run(model, t, prompts[n], 1, False)
             res[f"pp{n}"] = max(res.get(f"pp{n}", 0), o["prompt_tokens"] / o["prefill_seconds"])
         if draft_model:

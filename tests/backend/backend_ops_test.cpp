@@ -124,9 +124,12 @@ struct Size {
   int64_t T, N, K;
 };
 // Decode, verify and prefill token counts; K not a multiple of 16 or 64; N not a multiple of the row tile.
-const std::vector<Size> kDenseSizes = {{1, 1, 1},    {1, 37, 129},  {1, 64, 1536}, {2, 19, 100}, {3, 33, 47},
-                                       {5, 21, 200}, {7, 8, 64},    {9, 70, 257},  {13, 9, 31},  {64, 36, 300},
-                                       {70, 19, 1030}, {130, 17, 2100}};
+// From 32 tokens on, prefill runs on packed panels (32 outputs × 256 inputs on AVX-512, 16 on AVX2, 4 generic)
+// and token blocks of 256: whole and partial panels, several input blocks, more than one token block.
+const std::vector<Size> kDenseSizes = {{1, 1, 1},      {1, 37, 129},   {1, 64, 1536}, {2, 19, 100}, {3, 33, 47},
+                                       {5, 21, 200},   {7, 8, 64},     {9, 70, 257},  {13, 9, 31},  {31, 40, 90},
+                                       {32, 64, 256},  {33, 1, 17},    {64, 36, 300}, {70, 19, 1030},
+                                       {130, 17, 2100}, {300, 70, 520}};
 
 class DenseMatmul : public ::testing::TestWithParam<DType> {};
 
@@ -169,6 +172,30 @@ TEST_P(DenseMatmul, MatchesDoubleReference) {
         for (int64_t c : {int64_t{0}, int64_t{1}, sz.N + 2})
           EXPECT_EQ(ybuf.data<float>()[t * (sz.N + 3) + c], outside[j++]);
     });
+  }
+}
+
+// A decode step (T = 1) and a short verification (T = 2..9) compute each token's outputs with the same sums, bit for
+// bit: greedy decoding with speculation must equal decoding without it. Decode reads dense rows one at a time
+// and verification in tiles of several rows; both must keep each row's order of operations.
+TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
+  Backend& be = cpu_backend();
+  for (DType wt : {DType::BF16, DType::F32}) {
+    for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{37, 129}, {64, 256}, {21, 1536}}) {
+      SCOPED_TRACE(std::string(dtype_name(wt)) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+      Linear w;
+      w.weight = random_tensor({N, K}, wt, 0.5f);
+      Tensor x = random_tensor({7, K});
+      for_each_isa([&] {
+        Tensor all = Tensor::empty({7, N}, DType::F32);
+        be.matmul(x, w, all, false);
+        for (int64_t t = 0; t < 7; t++) {
+          Tensor one = Tensor::empty({1, N}, DType::F32);
+          be.matmul(x.slice(0, t, t + 1), w, one, false);
+          for (int64_t n = 0; n < N; n++) ASSERT_EQ(one.data<float>()[n], all.data<float>()[t * N + n]) << t << ", " << n;
+        }
+      });
+    }
   }
 }
 
@@ -220,8 +247,9 @@ TEST_P(QuantMatmul, MatchesDequantizeThenDouble) {
   const auto [bits, group] = GetParam();
   Backend& be = cpu_backend();
   const std::vector<Size> sizes = {{1, 1, 64},    {1, 37, 192},  {1, 130, 1536}, {2, 19, 128}, {3, 5, 64},
-                                   {5, 21, 320},  {8, 33, 256},  {9, 70, 448},   {17, 7, 128}, {64, 36, 1088},
-                                   {100, 23, 2112}};
+                                   {5, 21, 320},  {8, 33, 256},  {9, 70, 448},   {17, 7, 128}, {31, 40, 192},
+                                   {32, 64, 256}, {45, 3, 64},   {64, 36, 1088}, {100, 23, 2112},
+                                   {300, 70, 576}};
   for (const auto& sz : sizes) {
     if (sz.K % group) continue;
     SCOPED_TRACE("T=" + std::to_string(sz.T) + " N=" + std::to_string(sz.N) + " K=" + std::to_string(sz.K));
@@ -304,10 +332,13 @@ TEST(Attention, MatchesDoubleReference) {
                                        // sizes that are not a multiple of the vector width, ring-like gaps
                                        {1, 150, 4, 1, 64, 64, 128, 0},  {1, 263, 4, 1, 128, 128, 0, 7},
                                        {3, 77, 6, 2, 72, 200, 0, 0},    {15, 90, 8, 2, 36, 13, 40, 5},
-                                       // 16 queries and more: blocked Q·Kᵀ and P·V (one thread, then threads)
+                                       // 16 queries and more: blocked Q·Kᵀ and P·V over the query heads of a
+                                       // KV head together (blocks of at least 64 rows: 64 queries without GQA,
+                                       // 16 with 8 heads a KV head), one thread, then threads
                                        {16, 16, 2, 1, 16, 16, 0, 0},    {21, 40, 4, 2, 33, 17, 6, 3},
                                        {37, 37, 3, 1, 64, 48, 0, 5},    {40, 300, 8, 2, 64, 64, 0, 3},
-                                       {70, 200, 4, 1, 256, 256, 50, 0}};
+                                       {70, 200, 4, 1, 256, 256, 50, 0}, {100, 130, 2, 2, 40, 24, 30, 4},
+                                       {33, 50, 8, 1, 64, 64, 0, 0}};
   for (const auto& c : cases) {
     SCOPED_TRACE("T=" + std::to_string(c.T) + " S=" + std::to_string(c.S) + " Hq=" + std::to_string(c.Hq) +
                  " Hkv=" + std::to_string(c.Hkv) + " window=" + std::to_string(c.window));
@@ -544,6 +575,16 @@ TEST(Elementwise, TanhFamilyPerIsa) {
       check([&](int64_t i) { return gelu(A[i]) * B[i]; }, "gated");
       be.softcap(a, 30.0f, y);
       check([&](int64_t i) { return 30.0 * std::tanh(A[i] / 30.0); }, "softcap");
+      // GELU runs in vectors around the vector tanh with the scalar expression's operations in its order: bit
+      // for bit the scalar formula over this ISA's tanh.
+      std::vector<float> z(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; i++) z[i] = 0.7978845608028654f * (A[i] + 0.044715f * A[i] * A[i] * A[i]);
+      cpu::kernels().tanh(z.data(), z.data(), n);
+      be.gated(Unary::GeluTanh, a, b, y);
+      for (int64_t i = 0; i < n; i++)
+        ASSERT_EQ(y.data<float>()[i], 0.5f * A[i] * (1.0f + z[i]) * B[i]) << "gated gelu at " << i;
+      be.unary(Unary::GeluTanh, a, y);
+      for (int64_t i = 0; i < n; i++) ASSERT_EQ(y.data<float>()[i], 0.5f * A[i] * (1.0f + z[i])) << "gelu at " << i;
     });
   }
 }

@@ -466,11 +466,15 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // Prefill: per KV head and block of kAttnQueryBlock queries, the scores of each query head are one tiled matmul
-  // over the keys any query of the block can see (Q·Kᵀ), and the weighted sum of values another (P·V, over the
-  // values transposed once per call), instead of one dot product and one axpy per query, head and key. Same
-  // masking and softmax as the per-query path (f32 scores, sum of the exponentials in double).
+  // Prefill: per KV head and block of queries, the scores of all the query heads that share the KV head are one
+  // tiled matmul over the keys any query of the block can see (Q·Kᵀ, rows query-major: query i, head g at row
+  // i·group + g), and their weighted sums of values another (P·V, over the values transposed once per call),
+  // instead of one dot product and one axpy per query, head and key. Blocks hold at least kAttnBlockRows rows
+  // (16 queries or more), so both matmuls take the packed-panel kernel and each key block is packed once for
+  // the whole group. Same masking and softmax as the per-query path (f32 scores, sum of the exponentials in
+  // double).
   static constexpr int64_t kAttnQueryBlock = 16;
+  static constexpr int64_t kAttnBlockRows = 64;
   static void attention_blocked(const Tensor& q, const Tensor& k, const Tensor& v, const int32_t* qp,
                                 const int32_t* kp, const AttentionParams& p, const Tensor& out, int64_t group) {
     const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Dv = v.dim(2), Hkv = Hq / group;
@@ -488,15 +492,20 @@ class CpuBackend final : public Backend {
     auto visible = [&](int32_t pq, int32_t pk) {
       return pk >= 0 && pk <= pq && (p.window <= 0 || pq - pk < p.window);
     };
-    const int64_t blocks = (T + kAttnQueryBlock - 1) / kAttnQueryBlock;
+    const int64_t QB = std::max(kAttnQueryBlock, (kAttnBlockRows + group - 1) / group);  // queries per block
+    const int64_t blocks = (T + QB - 1) / QB;
 #pragma omp parallel if (big)
     {
-      std::vector<float> sc(static_cast<size_t>(kAttnQueryBlock * S));
-      double sums[kAttnQueryBlock];
+      const int64_t R = QB * group;
+      std::vector<float> qb(static_cast<size_t>(R * D)), sc(static_cast<size_t>(R * S)), ob(static_cast<size_t>(R * Dv));
+      std::vector<double> sums(static_cast<size_t>(R));
 #pragma omp for collapse(2) schedule(dynamic)
       for (int64_t kh = 0; kh < Hkv; kh++)
         for (int64_t b = 0; b < blocks; b++) {
-          const int64_t t0 = b * kAttnQueryBlock, t1 = std::min(T, t0 + kAttnQueryBlock), nt = t1 - t0;
+          const int64_t t0 = b * QB, t1 = std::min(T, t0 + QB), nt = t1 - t0, nr = nt * group;
+          auto out_row = [&](int64_t r) {
+            return out.data<float>() + (t0 + r / group) * out.stride(0) + (kh * group + r % group) * out.stride(1);
+          };
           // The keys any query of the block sees: [s0, s1).
           int64_t s0 = S, s1 = 0;
           for (int64_t s = 0; s < S; s++)
@@ -506,62 +515,61 @@ class CpuBackend final : public Backend {
                 s1 = std::max(s1, s + 1);
                 break;
               }
-          for (int64_t g = 0; g < group; g++) {
-            const int64_t h = kh * group + g;
-            if (s0 >= s1) {
-              for (int64_t t = t0; t < t1; t++) {
-                float* o = out.data<float>() + t * out.stride(0) + h * out.stride(1);
-                std::fill(o, o + Dv, 0.0f);
-              }
+          if (s0 >= s1) {
+            for (int64_t r = 0; r < nr; r++) std::fill(out_row(r), out_row(r) + Dv, 0.0f);
+            continue;
+          }
+          for (int64_t r = 0; r < nr; r++) {
+            const float* src = q.data<float>() + (t0 + r / group) * q.stride(0) + (kh * group + r % group) * q.stride(1);
+            std::copy(src, src + D, qb.data() + r * D);
+          }
+          const int64_t ns = s1 - s0;
+          cpu::GemmArgs a;
+          a.x = qb.data();
+          a.ldx = D;
+          a.T = nr;
+          a.w = k.data<float>() + s0 * k.stride(0) + kh * k.stride(1);
+          a.ldw = k.stride(0);
+          a.K = D;
+          a.y = sc.data();
+          a.ldy = ns;
+          kk.gemm_f32(a, 0, ns);
+          for (int64_t r = 0; r < nr; r++) {
+            const int32_t pq = qp[t0 + r / group];
+            float* row = sc.data() + r * ns;
+            float mx = ninf;
+            for (int64_t j = 0; j < ns; j++) {
+              const bool vis = visible(pq, kp[s0 + j]);
+              row[j] = vis ? p.scale * row[j] : ninf;
+              if (vis) mx = std::max(mx, row[j]);
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < ns; j++) {
+              const float e = row[j] == ninf ? 0.0f : std::exp(row[j] - mx);
+              row[j] = e;
+              sum += e;
+            }
+            sums[r] = mx == ninf ? 0.0 : sum;
+          }
+          cpu::GemmArgs pv;
+          pv.x = sc.data();
+          pv.ldx = ns;
+          pv.T = nr;
+          pv.w = vt.data() + kh * Dv * S + s0;
+          pv.ldw = S;
+          pv.K = ns;
+          pv.y = ob.data();
+          pv.ldy = Dv;
+          kk.gemm_f32(pv, 0, Dv);
+          for (int64_t r = 0; r < nr; r++) {
+            float* o = out_row(r);
+            if (sums[r] == 0.0) {
+              std::fill(o, o + Dv, 0.0f);
               continue;
             }
-            const int64_t ns = s1 - s0;
-            cpu::GemmArgs a;
-            a.x = q.data<float>() + t0 * q.stride(0) + h * q.stride(1);
-            a.ldx = q.stride(0);
-            a.T = nt;
-            a.w = k.data<float>() + s0 * k.stride(0) + kh * k.stride(1);
-            a.ldw = k.stride(0);
-            a.K = D;
-            a.y = sc.data();
-            a.ldy = ns;
-            kk.gemm_f32(a, 0, ns);
-            for (int64_t i = 0; i < nt; i++) {
-              const int32_t pq = qp[t0 + i];
-              float* r = sc.data() + i * ns;
-              float mx = ninf;
-              for (int64_t j = 0; j < ns; j++) {
-                const bool vis = visible(pq, kp[s0 + j]);
-                r[j] = vis ? p.scale * r[j] : ninf;
-                if (vis) mx = std::max(mx, r[j]);
-              }
-              double sum = 0;
-              for (int64_t j = 0; j < ns; j++) {
-                const float e = r[j] == ninf ? 0.0f : std::exp(r[j] - mx);
-                r[j] = e;
-                sum += e;
-              }
-              sums[i] = mx == ninf ? 0.0 : sum;
-            }
-            cpu::GemmArgs pv;
-            pv.x = sc.data();
-            pv.ldx = ns;
-            pv.T = nt;
-            pv.w = vt.data() + kh * Dv * S + s0;
-            pv.ldw = S;
-            pv.K = ns;
-            pv.y = out.data<float>() + t0 * out.stride(0) + h * out.stride(1);
-            pv.ldy = out.stride(0);
-            kk.gemm_f32(pv, 0, Dv);
-            for (int64_t i = 0; i < nt; i++) {
-              float* o = out.data<float>() + (t0 + i) * out.stride(0) + h * out.stride(1);
-              if (sums[i] == 0.0) {
-                std::fill(o, o + Dv, 0.0f);
-                continue;
-              }
-              const float inv = static_cast<float>(1.0 / sums[i]);
-              for (int64_t j = 0; j < Dv; j++) o[j] *= inv;
-            }
+            const float inv = static_cast<float>(1.0 / sums[r]);
+            const float* src = ob.data() + r * Dv;
+            for (int64_t j = 0; j < Dv; j++) o[j] = src[j] * inv;
           }
         }
     }
@@ -608,12 +616,14 @@ class CpuBackend final : public Backend {
     return x;
   }
   // Tanh-based activations in blocks through the vector tanh: Y[i] = f(A[i]) (· U[i] when U is given), with f the
-  // same expression as act() except that tanh comes from kernels().tanh.
+  // same expression as act() except that tanh comes from kernels().tanh (GELU: kernels().gelu_tanh, the whole
+  // expression in vectors, the same operations in the same order).
   static constexpr int64_t kActBlock = 1024;
   static void tanh_act(Unary op, const float* A, const float* U, float* Y, int64_t n, float cap = 1.0f) {
     const auto& k = kernels();
     auto block = [&](int64_t i0) {
       const int64_t m = std::min(kActBlock, n - i0);
+      if (op == Unary::GeluTanh) return k.gelu_tanh(A + i0, U ? U + i0 : nullptr, Y + i0, m);
       float z[kActBlock];
       const float* a = A + i0;
       const float c = 0.7978845608028654f;  // sqrt(2/pi)

@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/simd.h"
 
@@ -15,6 +16,7 @@ namespace {
 struct V {
   using vec = __m256;
   static constexpr int W = 8, NR = 4, TR_DENSE = 2, TR_QUANT = 2;
+  static constexpr int PC = 2, PT = 6;
   static vec zero() { return _mm256_setzero_ps(); }
   static vec set1(float f) { return _mm256_set1_ps(f); }
   static vec loadx(const float* p) { return _mm256_loadu_ps(p); }
@@ -31,6 +33,23 @@ struct V {
     lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
     lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
     return _mm_cvtss_f32(lo);
+  }
+  static void transpose(vec* r) {  // 8 × 8: unpack pairs, then 64-bit pairs, then 128-bit halves
+    __m256 t[8], u[8];
+    for (int i = 0; i < 8; i += 2) {
+      t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+      t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+    }
+    for (int i = 0; i < 8; i += 4) {
+      u[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+      u[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+      u[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+      u[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+    }
+    for (int i = 0; i < 4; i++) {
+      r[i] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x20);
+      r[i + 4] = _mm256_permute2f128_ps(u[i], u[i + 4], 0x31);
+    }
   }
   static __m256i bytes(const uint8_t* p) {
     return _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p)));

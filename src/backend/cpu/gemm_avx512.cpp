@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/simd.h"
 
@@ -19,6 +20,7 @@ namespace {
 struct V {
   using vec = __m512;
   static constexpr int W = 16, NR = 4, TR_DENSE = 6, TR_QUANT = 4;
+  static constexpr int PC = 2, PT = 12;
   static vec zero() { return _mm512_setzero_ps(); }
   static vec set1(float f) { return _mm512_set1_ps(f); }
   static vec loadx(const float* p) { return _mm512_loadu_ps(p); }
@@ -30,6 +32,28 @@ struct V {
   }
   static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
   static float reduce(vec v) { return _mm512_reduce_add_ps(v); }
+
+  // 16 × 16 in four rounds of two-source permutes: round b (8, 4, 2, 1) swaps the off-diagonal b × b blocks of
+  // every 2b × 2b block (registers i and i + b, lanes grouped by 2b).
+  static void transpose(vec* r) {
+#pragma GCC unroll 4
+    for (int b = 8; b >= 1; b /= 2) {
+      alignas(64) int32_t lo[16], hi[16];
+      for (int l = 0; l < 16; l++) {
+        const int g = l / (2 * b) * 2 * b, q = l % (2 * b);
+        lo[l] = q < b ? g + q : 16 + g + q - b;
+        hi[l] = q < b ? g + b + q : 16 + g + q;
+      }
+      const __m512i il = _mm512_load_si512(lo), ih = _mm512_load_si512(hi);
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; i++) {
+        if (i & b) continue;
+        const vec a = r[i], c = r[i + b];
+        r[i] = _mm512_permutex2var_ps(a, il, c);
+        r[i + b] = _mm512_permutex2var_ps(a, ih, c);
+      }
+    }
+  }
   static __m512i bytes(const uint8_t* p) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   }

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdint>
 #include <type_traits>
+#include <vector>
 
 #include "backend/cpu/simd.h"
 
@@ -12,6 +13,7 @@ namespace {
 struct V {
   using vec = float;
   static constexpr int W = 1, NR = 4, TR_DENSE = 4, TR_QUANT = 4;
+  static constexpr int PC = 4, PT = 4;
   static vec zero() { return 0.0f; }
   static vec set1(float f) { return f; }
   static vec loadx(const float* p) { return *p; }
@@ -25,6 +27,7 @@ struct V {
   }
   static vec fma(vec a, vec b, vec c) { return a * b + c; }
   static float reduce(vec v) { return v; }
+  static void transpose(vec*) {}
   static vec q8(const uint8_t* p) { return static_cast<float>(*p); }
   static vec q4lo(const uint8_t* p) { return static_cast<float>(*p & 15); }
   static vec q4hi(const uint8_t* p) { return static_cast<float>(*p >> 4); }

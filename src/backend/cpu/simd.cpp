@@ -425,17 +425,17 @@ Kernels make(const std::string& isa) {
   Kernels k{};
   if (isa == "avx512") {
     k = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot4_bf16_avx512, dot4_f32_avx512, axpy_avx512,
-         nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512};
+         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512};
     fill_gemm_avx512(k);
     fill_vmath_avx512(k);
   } else if (isa == "avx2") {
     k = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot4_bf16_avx2, dot4_f32_avx2, axpy_avx2, nullptr, nullptr, nullptr,
-         nullptr, nullptr, dot_rows_avx2, axpy_rows_avx2};
+         nullptr, nullptr, nullptr, dot_rows_avx2, axpy_rows_avx2};
     fill_gemm_avx2(k);
     fill_vmath_avx2(k);
   } else {
     k = {"generic", dot_f32_generic, dot_bf16_generic, dot4_bf16_generic, dot4_f32_generic, axpy_generic,
-         nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_generic, axpy_rows_generic};
+         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_generic, axpy_rows_generic};
     fill_gemm_generic(k);
     fill_vmath_generic(k);
   }

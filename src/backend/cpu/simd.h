@@ -59,6 +59,9 @@ struct Kernels {
   void (*qgemm)(const QGemmArgs& a, int64_t n0, int64_t n1);
   // y[i] = tanh(x[i]) (vmath.cpp; within 4 ulp of the exact value on every path). y may equal x.
   void (*tanh)(const float* x, float* y, int64_t n);
+  // GELU (tanh form) y[i] = 0.5·a[i]·(1 + tanh(c·(a[i] + 0.044715·a[i]·a[i]·a[i]))) (· u[i] when u is given),
+  // c = sqrt(2/pi): the scalar expression's operations in its order (no FMA contraction) around the vector tanh.
+  void (*gelu_tanh)(const float* a, const float* u, float* y, int64_t n);
   // sum_i x[i]² in double (each square is exact in double; vmath.cpp). The RMS norm's sum.
   double (*sumsq)(const float* x, int64_t n);
   // Decode attention over the visible keys of a KV head (row pointers, d values each) for the nq query heads that

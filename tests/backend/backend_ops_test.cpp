@@ -175,24 +175,31 @@ TEST_P(DenseMatmul, MatchesDoubleReference) {
   }
 }
 
-// A decode step (T = 1) and a short verification (T = 2..9) compute each token's outputs with the same sums, bit for
-// bit: greedy decoding with speculation must equal decoding without it. Decode reads dense rows one at a time
-// and verification in tiles of several rows; both must keep each row's order of operations.
+// A decode step (T = 1) and a verification (T = 2..9) compute each token's outputs with the same sums, bit for bit:
+// greedy decoding with speculation must equal decoding without it. Below 8 tokens dense rows are read one at a
+// time, from 8 tokens on in tiles of several rows (inputs blocked by 1024, hence K <= 1024 at 9 tokens); every
+// path must keep each row's order of operations.
 TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
   Backend& be = cpu_backend();
+  struct Case {
+    int64_t N, K, T;
+  };
   for (DType wt : {DType::BF16, DType::F32}) {
-    for (const auto& [N, K] : std::vector<std::pair<int64_t, int64_t>>{{37, 129}, {64, 256}, {21, 1536}}) {
-      SCOPED_TRACE(std::string(dtype_name(wt)) + " N=" + std::to_string(N) + " K=" + std::to_string(K));
+    for (const Case c : {Case{37, 129, 7}, Case{37, 129, 9}, Case{64, 256, 3}, Case{64, 256, 9}, Case{21, 1536, 7},
+                         Case{70, 1024, 8}}) {
+      SCOPED_TRACE(std::string(dtype_name(wt)) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
+                   " T=" + std::to_string(c.T));
       Linear w;
-      w.weight = random_tensor({N, K}, wt, 0.5f);
-      Tensor x = random_tensor({7, K});
+      w.weight = random_tensor({c.N, c.K}, wt, 0.5f);
+      Tensor x = random_tensor({c.T, c.K});
       for_each_isa([&] {
-        Tensor all = Tensor::empty({7, N}, DType::F32);
+        Tensor all = Tensor::empty({c.T, c.N}, DType::F32);
         be.matmul(x, w, all, false);
-        for (int64_t t = 0; t < 7; t++) {
-          Tensor one = Tensor::empty({1, N}, DType::F32);
+        for (int64_t t = 0; t < c.T; t++) {
+          Tensor one = Tensor::empty({1, c.N}, DType::F32);
           be.matmul(x.slice(0, t, t + 1), w, one, false);
-          for (int64_t n = 0; n < N; n++) ASSERT_EQ(one.data<float>()[n], all.data<float>()[t * N + n]) << t << ", " << n;
+          for (int64_t n = 0; n < c.N; n++)
+            ASSERT_EQ(one.data<float>()[n], all.data<float>()[t * c.N + n]) << t << ", " << n;
         }
       });
     }

@@ -233,12 +233,13 @@ void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
       const int64_t k1 = std::min(a.K, k0 + KB);
       const bool acc = a.accumulate || k0 > 0;
       int64_t n = n0;
-      // Decode (T = 1) reads the rows one at a time, in memory order: a dense weight matrix of a decode step is
-      // usually read from DRAM (the demo model's 23 MB of bf16 do not stay in a shared L3), and one sequential
-      // stream keeps the hardware prefetchers ahead where NR interleaved 0.5–3 KB rows do not (demo decode
-      // pass: 1.1–1.5 ms instead of 1.8–2.4). Each row's sum is the same as in an NR-row tile, bit for bit, so
-      // decode still equals a short verification's row for the same token.
-      if (a.T == 1) n = n1;
+      // Decode and short verification (T < 8) read the rows one at a time, in memory order: a dense weight matrix
+      // of a decode step is usually read from DRAM (the demo model's 23 MB of bf16 do not stay in a shared L3),
+      // and one sequential stream keeps the hardware prefetchers ahead where NR interleaved 0.5–3 KB rows do not
+      // (demo decode pass: 1.1–1.5 ms instead of 1.8–2.4). Each row's sum is the same as in an NR-row tile, bit
+      // for bit, so decode still equals a verification's row for the same token.
+      const bool by_row = a.T < 8;
+      if (by_row) n = n1;
       for (; n + V::NR <= n1; n += V::NR)
         for (int64_t t = t0; t < t1;) {
           const int64_t tr = token_tile(t1 - t, V::TR_DENSE);
@@ -246,7 +247,7 @@ void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
                              acc);
           t += tr;
         }
-      for (n = a.T == 1 ? n0 : n; n < n1; n++)
+      for (n = by_row ? n0 : n; n < n1; n++)
         for (int64_t t = t0; t < t1;) {
           const int64_t tr = token_tile(t1 - t, V::TR_DENSE);
           dense_tiles<1>(tr, a.x + t * a.ldx, a.ldx, W + n * a.ldw, a.ldw, k0, k1, a.y + t * a.ldy + n, a.ldy, acc);

@@ -197,6 +197,11 @@ class Backend {
   // Per row of a [R, N] (F32, contiguous): out[r] = log Σ_i exp(scale · a[r, i]) (scale > 0; -inf for a row that
   // is all -inf), i.e. the softmax normaliser at temperature 1 / scale. out F32 [R].
   virtual void logsumexp(const Tensor& a, float scale, const Tensor& out) = 0;
+  // The mass a rejected draft's residual max(0, p - q) leaves in each row: for rows of p, q [R, N] (F32,
+  // contiguous: a vocabulary's logits cut into blocks), out[r] = Σ_i max(0, exp(p_scale·p[r, i] - p_shift) -
+  // exp(q_scale·q[r, i] - q_shift)), a -inf logit giving 0. out F32 [R].
+  virtual void residual_mass(const Tensor& p, const Tensor& q, float p_scale, float p_shift, float q_scale,
+                             float q_shift, const Tensor& out) = 0;
   // In place on a row x [N] (F32, contiguous): x[i] = -inf where bit i of `bits` is clear. bits I32
   // [ceil(N / 32)] (bit i is bit i % 32 of word i / 32: a grammar's 64-bit mask words read as 32-bit halves).
   virtual void mask_tokens(const Tensor& x, const Tensor& bits) = 0;

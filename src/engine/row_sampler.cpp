@@ -218,7 +218,54 @@ Distribution RowSampler::materialize(const RowDistribution& d) {
 }
 
 int32_t RowSampler::sample_residual(const RowDistribution& p, const RowDistribution& q) {
-  return sampler_.sample(residual(materialize(p), materialize(q)));
+  if (!p.implicit() || !q.implicit()) return sampler_.sample(residual(materialize(p), materialize(q)));
+  // Both implicit: the residual's mass per block comes from the device, the draw walks the blocks in id order as
+  // Sampler::sample walks residual(p, q), and reads the two blocks (of p and q) it lands in.
+  const float inv_t = 1.0f / sampler_.options().temperature;
+  const int64_t nb = vocab_ / kBlock, tail = vocab_ - nb * kBlock;
+  const float pl = static_cast<float>(p.log_norm), ql = static_cast<float>(q.log_norm);
+  std::vector<float> mass;
+  if (nb > 0)
+    mass = ops::to_vector(ops::residual_mass(p.row.slice(0, 0, nb * kBlock).reshape({nb, kBlock}),
+                                             q.row.slice(0, 0, nb * kBlock).reshape({nb, kBlock}), inv_t, pl, inv_t,
+                                             ql));
+  if (tail > 0)
+    mass.push_back(ops::to_vector(ops::residual_mass(p.row.slice(0, nb * kBlock, vocab_).reshape({1, tail}),
+                                                     q.row.slice(0, nb * kBlock, vocab_).reshape({1, tail}), inv_t,
+                                                     pl, inv_t, ql))[0]);
+  double total = 0;
+  for (float m : mass) total += m;
+  if (!(total > 0)) return sample(p);  // p == q: no rejection was possible; residual() keeps p
+  // The residual of one id exactly as residual() computes it from the two explicit distributions' floats.
+  const double inv_td = 1.0 / sampler_.options().temperature;
+  auto prob = [inv_td](float l, double log_norm) {
+    return std::isfinite(l) ? static_cast<float>(std::exp(static_cast<double>(l) * inv_td - log_norm)) : 0.0f;
+  };
+  const double u = sampler_.uniform();
+  double cum = 0;
+  int64_t last = -1;  // the last block with residual mass
+  for (int64_t b = 0; b < static_cast<int64_t>(mass.size()); b++) {
+    if (mass[b] <= 0) continue;
+    last = b;
+    const double m = mass[b] / total;
+    if (u >= cum + m) {
+      cum += m;
+      continue;
+    }
+    const std::vector<float> lp = block_of(p, b), lq = block_of(q, b);
+    for (size_t i = 0; i < lp.size(); i++) {
+      const double v = std::max(0.0, static_cast<double>(prob(lp[i], p.log_norm)) - prob(lq[i], q.log_norm));
+      if (v <= 0) continue;
+      cum += v / total;
+      if (u < cum) return static_cast<int32_t>(b * kBlock + static_cast<int64_t>(i));
+    }
+  }
+  // Rounding left u above the total: the last id with residual mass, as Sampler::sample returns the last one.
+  const std::vector<float> lp = block_of(p, last), lq = block_of(q, last);
+  for (size_t i = lp.size(); i-- > 0;)
+    if (static_cast<double>(prob(lp[i], p.log_norm)) - prob(lq[i], q.log_norm) > 0)
+      return static_cast<int32_t>(last * kBlock + static_cast<int64_t>(i));
+  return static_cast<int32_t>(last * kBlock);
 }
 
 void RowSampler::logprobs(const Tensor& logits, int64_t row, int32_t id, int top_n, TokenLogprob* chosen,

@@ -13,9 +13,11 @@
 // the device (RowDistribution), the host reads the probability mass of each block of ids, walks the blocks
 // with the draw's uniform number as Sampler::sample walks a distribution in id order, and reads the one block
 // the draw lands in. (The masses are f32 sums, so a draw may differ from the host sampler's where the uniform
-// number lies within ~1e-6 of a boundary: the same distribution, up to rounding.) Speculative acceptance reads the two probabilities it compares; only the draw
-// after a rejected draft (from the residual max(0, p - q)) reads both rows whole. The other fallbacks: top_k
-// above kMaxTopK, and rows where nothing finite can be drawn (a grammar mask that leaves only -inf logits).
+// number lies within ~1e-6 of a boundary: the same distribution, up to rounding.) Speculative acceptance reads
+// the two probabilities it compares; the draw after a rejected draft (from the residual max(0, p - q)) reads the
+// residual's mass per block from the device and then the two blocks the draw lands in. The fallbacks that read
+// a row whole: top_k above kMaxTopK, a nucleus or min_p set wider than kMaxTopK - 1 tokens, and rows where
+// nothing finite can be drawn (a grammar mask that leaves only -inf logits).
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -76,7 +78,7 @@ class RowSampler {
   struct Counters {
     int64_t candidate_rows = 0;  // distributions built from candidates
     int64_t implicit_rows = 0;   // distributions left implicit on the device
-    int64_t full_rows = 0;       // rows read whole (the host path, fallbacks, residual draws from implicit rows)
+    int64_t full_rows = 0;       // rows read whole (the host path, fallbacks, residuals of mixed distributions)
     int64_t fallbacks = 0;       // rows whose candidates could not prove the result
     int64_t wide_retries = 0;    // candidates taken again at kMaxTopK because the first ones could not prove it
   };

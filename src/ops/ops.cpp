@@ -264,6 +264,14 @@ Tensor logsumexp(const Tensor& a, float scale) {
   backend_of(a).logsumexp(contiguous(a), scale, out);
   return out;
 }
+Tensor residual_mass(const Tensor& p, const Tensor& q, float p_scale, float p_shift, float q_scale, float q_shift) {
+  VATIC_CHECK(p.shape() == q.shape(), "residual_mass: p {} and q {}", p.describe(), q.describe());
+  const int64_t N = p.dim(-1);
+  Tensor out = empty_like(p, {N ? p.numel() / N : 0}, DType::F32);
+  backend_of_all("residual_mass", p, q).residual_mass(contiguous(p), contiguous(q), p_scale, p_shift, q_scale, q_shift,
+                                                      out);
+  return out;
+}
 void mask_tokens(const Tensor& row, const std::vector<uint64_t>& allowed) {
   Backend& be = backend_of(row);
   std::vector<int32_t> halves(allowed.size() * 2);

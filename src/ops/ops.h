@@ -75,6 +75,8 @@ Tensor concat_cols(const Tensor& a, const Tensor& b);
 
 // Sampling on the device (see Backend::logsumexp / mask_tokens / penalize).
 Tensor logsumexp(const Tensor& a, float scale = 1.0f);  // F32 [rows]
+// Per row of p, q [R, N]: the residual mass Σ max(0, exp(p_scale·p - p_shift) - exp(q_scale·q - q_shift)), F32 [R].
+Tensor residual_mass(const Tensor& p, const Tensor& q, float p_scale, float p_shift, float q_scale, float q_shift);
 void mask_tokens(const Tensor& row, const std::vector<uint64_t>& allowed);  // in place; allowed: 64-bit mask words
 // In place on one row: the penalties for distinct `ids` seen `counts` times.
 void penalize(const Tensor& row, const std::vector<int32_t>& ids, const std::vector<int32_t>& counts, float repeat,

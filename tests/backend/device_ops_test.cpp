@@ -682,6 +682,13 @@ TEST(SamplingOps, CpuLogsumexpMaskPenalizeAndFloatGather) {
   Tensor g = ops::gather_rows(Tensor::from_floats({7, 8, 9}, {3, 1}), Tensor::from_ints({2, 0}, {2}));
   EXPECT_EQ(g.dtype(), DType::F32);
   EXPECT_EQ(ops::to_vector(g), (std::vector<float>{9, 7}));
+  // Residual mass: Σ max(0, e^(l_p/2 - 1) - e^(l_q - 2)) per row; -inf counts as probability 0.
+  Tensor lp = Tensor::from_floats({0, 2, 4, -INFINITY, 1, 1}, {2, 3});
+  Tensor lq = Tensor::from_floats({1, 3, -INFINITY, 0, 1, 5}, {2, 3});
+  Tensor mass = ops::residual_mass(lp, lq, 0.5f, 1.0f, 1.0f, 2.0f);
+  auto r = [](double a, double b) { return std::max(0.0, std::exp(a / 2 - 1) - std::exp(b - 2)); };
+  EXPECT_NEAR(ops::to_vector(mass)[0], r(0, 1) + r(2, 3) + std::exp(4.0 / 2 - 1), 1e-6);
+  EXPECT_NEAR(ops::to_vector(mass)[1], r(1, 1) + r(1, 5), 1e-6);
 }
 
 TEST(DeviceOps, SamplingOps) {
@@ -703,6 +710,16 @@ TEST(DeviceOps, SamplingOps) {
         expect_close(gv, wv, 0, "topk values");
         expect_close(gi, wi, 0, "topk indices");
       }
+    }
+    // The residual mass per block of two rows (the draw after a rejected draft), with -inf in either.
+    {
+      Tensor p = random_host({5, 1024}, DType::F32, 2.0f), q = random_host({5, 1024}, DType::F32, 2.0f);
+      for (int64_t i = 0; i < p.numel(); i += 11) p.data<float>()[i] = -INFINITY;
+      for (int64_t i = 3; i < q.numel(); i += 13) q.data<float>()[i] = -INFINITY;
+      Tensor want = Tensor::empty({5}, DType::F32), got = be.empty({5}, DType::F32);
+      cpu.residual_mass(p, q, 0.8f, 9.5f, 1.25f, 11.0f, want);
+      be.residual_mass(on(dev, p), on(dev, q), 0.8f, 9.5f, 1.25f, 11.0f, got);
+      expect_close(got, want, 1e-5, "residual_mass");
     }
     // A row with fewer finite values than k: the -inf ones follow in index order.
     {

@@ -145,7 +145,8 @@ TEST(RowSampler, RowsWithNothingFiniteToDrawFallBack) {
 }
 
 // Sampling by temperature alone: the distribution stays implicit on the device, and every draw, probability,
-// acceptance test and residual draw is the one the host sampler makes from the whole row.
+// acceptance test and residual draw is the one the host sampler makes from the whole row (up to rounding at a
+// boundary of the cumulative sums).
 TEST(RowSampler, SamplingByTemperatureAloneStaysImplicit) {
   const Device dev = test_device();
   // One block and a tail only; whole blocks; blocks and a tail.
@@ -217,13 +218,35 @@ TEST(RowSampler, SamplingByTemperatureAloneStaysImplicit) {
           for (int i = 0; i < 40; i++) {
             const int32_t d = full.sample(want[1]);
             dev_sampler.uniform();  // the streams stay in step
+            uniforms.uniform();
             for (double u : {0.01, 0.3, 0.7, 0.99})
               ASSERT_EQ(rows.accept(got[0], got[1], d, u), accept_draft(want[0], want[1], d, u)) << d << " " << u;
           }
+          // The draw after a rejection, from the residual's per-block masses on the device: the host's token up
+          // to rounding at a boundary, as above, and no row read whole.
           const int64_t reads = rows.counters().full_rows;
-          for (int i = 0; i < 20; i++)
-            ASSERT_EQ(rows.sample_residual(got[0], got[1]), full.sample(residual(want[0], want[1]))) << i;
-          EXPECT_EQ(rows.counters().full_rows - reads, 40) << "a residual draw reads both rows";
+          const Distribution res = residual(want[0], want[1]);
+          int res_differ = 0;
+          for (int i = 0; i < 100; i++) {
+            const double u = uniforms.uniform();
+            const int32_t a = rows.sample_residual(got[0], got[1]), b = full.sample(res);
+            if (a == b) continue;
+            res_differ++;
+            double cum = 0;
+            for (size_t j = 0; j < res.ids.size(); j++) {
+              cum += res.probs[j];
+              if (res.ids[j] >= std::min(a, b) && res.ids[j] < std::max(a, b)) {
+                ASSERT_NEAR(cum, u, 1e-5) << "residual draw " << i << ": " << a << " against the host's " << b;
+              }
+            }
+          }
+          EXPECT_LE(res_differ, 2);
+          EXPECT_EQ(rows.counters().full_rows, reads) << "a residual draw reads no row whole";
+          // p against itself: no rejection is possible, and the residual keeps p (one uniform number each).
+          for (int i = 0; i < 10; i++) {
+            uniforms.uniform();
+            ASSERT_EQ(rows.sample_residual(got[0], got[0]), full.sample(residual(want[0], want[0]))) << i;
+          }
         }
   }
 }

@@ -903,6 +903,25 @@ class CpuBackend final : public Backend {
     }
   }
 
+  void residual_mass(const Tensor& p, const Tensor& q, float p_scale, float p_shift, float q_scale, float q_shift,
+                     const Tensor& out) override {
+    const int64_t N = p.dim(-1), R = p.numel() / std::max<int64_t>(N, 1);
+    VATIC_CHECK(p.dtype() == DType::F32 && q.dtype() == DType::F32 && p.is_contiguous() && q.is_contiguous() &&
+                    q.numel() == p.numel() && out.dtype() == DType::F32 && out.is_contiguous() && out.numel() == R,
+                "residual_mass: p {} q {} out {}", p.describe(), q.describe(), out.describe());
+    for (int64_t r = 0; r < R; r++) {
+      const float* a = p.data<float>() + r * N;
+      const float* b = q.data<float>() + r * N;
+      float sum = 0.0f;
+      for (int64_t i = 0; i < N; i++) {
+        const float pa = std::isfinite(a[i]) ? std::exp(p_scale * a[i] - p_shift) : 0.0f;
+        const float qb = std::isfinite(b[i]) ? std::exp(q_scale * b[i] - q_shift) : 0.0f;
+        sum += std::max(0.0f, pa - qb);
+      }
+      out.data<float>()[r] = sum;
+    }
+  }
+
   void mask_tokens(const Tensor& x, const Tensor& bits) override {
     const int64_t N = x.numel();
     VATIC_CHECK(x.dtype() == DType::F32 && x.is_contiguous() && bits.dtype() == DType::I32 && bits.is_contiguous() &&

@@ -815,6 +815,20 @@ class CudaBackend final : public Backend {
     check_launch("logsumexp");
   }
 
+  void residual_mass(const Tensor& p, const Tensor& q, float p_scale, float p_shift, float q_scale, float q_shift,
+                     const Tensor& out) override {
+    Timed timed_(*this, "residual_mass");
+    check_f32_contiguous(p, "residual_mass");
+    check_f32_contiguous(q, "residual_mass");
+    const int64_t N = p.dim(-1), R = p.numel() / std::max<int64_t>(N, 1);
+    VATIC_CHECK(q.numel() == p.numel() && out.dtype() == DType::F32 && out.is_contiguous() && out.numel() == R,
+                "residual_mass: p {} q {} out {}", p.describe(), q.describe(), out.describe());
+    bind();
+    cuda::residual_mass(p.data<float>(), q.data<float>(), R, N, p_scale, p_shift, q_scale, q_shift,
+                        out.data<float>(), stream_);
+    check_launch("residual_mass");
+  }
+
   void mask_tokens(const Tensor& x, const Tensor& bits) override {
     Timed timed_(*this, "mask_tokens");
     check_f32_contiguous(x, "mask_tokens");

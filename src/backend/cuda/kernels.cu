@@ -1471,6 +1471,22 @@ __global__ void logsumexp_kernel(const float* a, int64_t N, float scale, float* 
   if (threadIdx.x == 0) out[blockIdx.x] = scale * mx + logf(sum);
 }
 
+__global__ void residual_mass_kernel(const float* p, const float* q, int64_t N, float ps, float pl, float qs,
+                                     float ql, float* out) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  const float* a = p + blockIdx.x * N;
+  const float* b = q + blockIdx.x * N;
+  float sum = 0.0f;
+  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+    const float pa = isfinite(a[i]) ? expf(ps * a[i] - pl) : 0.0f;
+    const float qb = isfinite(b[i]) ? expf(qs * b[i] - ql) : 0.0f;
+    sum += fmaxf(0.0f, pa - qb);
+  }
+  sum = block_sum(sum, scratch);
+  if (threadIdx.x == 0) out[blockIdx.x] = sum;
+}
+
 __global__ void mask_tokens_kernel(float* x, int64_t N, const uint32_t* bits) {
   pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < N;
@@ -1544,6 +1560,12 @@ __global__ void __launch_bounds__(1024) topk_chunk_kernel(const float* in_v, con
 void logsumexp(const float* a, int64_t rows, int64_t N, float scale, float* out, cudaStream_t s) {
   if (rows == 0) return;
   launch(logsumexp_kernel, static_cast<unsigned>(rows), N >= 4096 ? 1024 : 256, 0, s, a, N, scale, out);
+}
+void residual_mass(const float* p, const float* q, int64_t rows, int64_t N, float p_scale, float p_shift,
+                   float q_scale, float q_shift, float* out, cudaStream_t s) {
+  if (rows == 0) return;
+  launch(residual_mass_kernel, static_cast<unsigned>(rows), 256, 0, s, p, q, N, p_scale, p_shift, q_scale, q_shift,
+         out);
 }
 void mask_tokens(float* x, int64_t N, const uint32_t* bits, cudaStream_t s) {
   if (N == 0) return;

@@ -163,6 +163,8 @@ void forget_positions(int32_t* slot_pos, int64_t C, int64_t n, cudaStream_t s);
 
 // Sampling on the device (see Backend::logsumexp / mask_tokens / penalize).
 void logsumexp(const float* a, int64_t rows, int64_t N, float scale, float* out, cudaStream_t s);
+void residual_mass(const float* p, const float* q, int64_t rows, int64_t N, float p_scale, float p_shift,
+                   float q_scale, float q_shift, float* out, cudaStream_t s);
 void mask_tokens(float* x, int64_t N, const uint32_t* bits, cudaStream_t s);
 void penalize(float* x, int64_t N, const int32_t* ids, const int32_t* counts, int64_t n, float repeat,
               float presence, float frequency, cudaStream_t s);

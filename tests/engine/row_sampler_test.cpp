@@ -197,20 +197,23 @@ TEST(RowSampler, SamplingByTemperatureAloneStaysImplicit) {
           // f32 block sums, so a draw may differ from the host's only where the uniform number lies within
           // rounding of the host's cumulative sum at every id between the two.
           Sampler uniforms(o, V);
+          // Whether the device's draw `a` and the host's `b` from w at uniform number u agree up to that rounding.
+          auto same_up_to_rounding = [](const Distribution& w, double u, int32_t a, int32_t b) {
+            if (a == b) return true;
+            double cum = 0;
+            for (size_t j = 0; j < w.ids.size(); j++) {
+              cum += w.probs[j];
+              if (w.ids[j] >= std::min(a, b) && w.ids[j] < std::max(a, b) && std::fabs(cum - u) > 1e-5) return false;
+            }
+            return true;
+          };
           int differ = 0;
           for (int i = 0; i < 300; i++) {
             const Distribution& w = want[i % 2];
             const double u = uniforms.uniform();
             const int32_t a = rows.sample(got[i % 2]), b = full.sample(w);
-            if (a == b) continue;
-            differ++;
-            double cum = 0;
-            for (size_t j = 0; j < w.ids.size(); j++) {
-              cum += w.probs[j];
-              if (w.ids[j] >= std::min(a, b) && w.ids[j] < std::max(a, b)) {
-                ASSERT_NEAR(cum, u, 1e-5) << "draw " << i << ": " << a << " against the host's " << b;
-              }
-            }
+            ASSERT_TRUE(same_up_to_rounding(w, u, a, b)) << "draw " << i << ": " << a << " against the host's " << b;
+            differ += a != b;
           }
           EXPECT_LE(differ, 3);
           // Speculative acceptance of drafts from row 1 against row 0, at several uniform numbers, and the draw
@@ -230,15 +233,9 @@ TEST(RowSampler, SamplingByTemperatureAloneStaysImplicit) {
           for (int i = 0; i < 100; i++) {
             const double u = uniforms.uniform();
             const int32_t a = rows.sample_residual(got[0], got[1]), b = full.sample(res);
-            if (a == b) continue;
-            res_differ++;
-            double cum = 0;
-            for (size_t j = 0; j < res.ids.size(); j++) {
-              cum += res.probs[j];
-              if (res.ids[j] >= std::min(a, b) && res.ids[j] < std::max(a, b)) {
-                ASSERT_NEAR(cum, u, 1e-5) << "residual draw " << i << ": " << a << " against the host's " << b;
-              }
-            }
+            ASSERT_TRUE(same_up_to_rounding(res, u, a, b))
+                << "residual draw " << i << ": " << a << " against the host's " << b;
+            res_differ += a != b;
           }
           EXPECT_LE(res_differ, 2);
           EXPECT_EQ(rows.counters().full_rows, reads) << "a residual draw reads no row whole";

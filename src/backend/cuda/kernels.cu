@@ -624,61 +624,41 @@ __global__ void embedding_kernel(Weight table, int64_t V, int64_t D, const int32
   }
 }
 
+// 1 / sqrt(mean(r²) + eps) of one row of D, summed by the whole block (every norm kernel sums the same way).
+__device__ float inv_rms(const float* r, int64_t D, float eps, float* scratch) {
+  float ss = 0.0f;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += r[i] * r[i];
+  ss = block_sum(ss, scratch);
+  return 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+}
+
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t D, float eps, float* y) {
   pdl_begin();
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * D;
   float* yr = y + blockIdx.x * D;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  const float inv = inv_rms(xr, D, eps, scratch);
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
 }
 
-// y = (x + f · inv_rms(f) · w) · s, the same float operations as rms_norm_kernel, binary add and scale in turn.
+// y = (x + f · inv_rms(f) · w) · s, the same float operations as rms_norm_kernel, binary add and scale in turn;
+// with n, then n = rms_norm(y)·w2 as rms_norm_kernel computes it (each thread reads back the y it wrote).
 __global__ void add_rms_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
-                                    float* y) {
+                                    float* y, const float* w2, float* n) {
   pdl_begin();
   __shared__ float scratch[32];
   const float* fr = f + blockIdx.x * D;
   const float* xr = x + blockIdx.x * D;
   float* yr = y + blockIdx.x * D;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += fr[i] * fr[i];
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float n = w ? fr[i] * inv * w[i] : fr[i] * inv;
-    const float v = xr[i] + n;
-    yr[i] = s != 1.0f ? v * s : v;
-  }
-}
-
-// add_rms_norm_kernel, then rms_norm_kernel over its output row, in one block (the same float operations and the
-// same block size as the two kernels, so the results are the same bits).
-__global__ void add_rms_norm_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
-                                         float* y, const float* w2, float* n) {
-  pdl_begin();
-  __shared__ float scratch[32];
-  const float* fr = f + blockIdx.x * D;
-  const float* xr = x + blockIdx.x * D;
-  float* yr = y + blockIdx.x * D;
-  float* nr = n + blockIdx.x * D;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += fr[i] * fr[i];
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
-  float ss2 = 0.0f;
+  const float inv = inv_rms(fr, D, eps, scratch);
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
     const float nv = w ? fr[i] * inv * w[i] : fr[i] * inv;
     const float v = xr[i] + nv;
-    const float yv = s != 1.0f ? v * s : v;
-    yr[i] = yv;
-    ss2 += yv * yv;
+    yr[i] = s != 1.0f ? v * s : v;
   }
-  ss2 = block_sum(ss2, scratch);
-  const float inv2 = 1.0f / sqrtf(ss2 / static_cast<float>(D) + eps);
+  if (!n) return;
+  float* nr = n + blockIdx.x * D;
+  const float inv2 = inv_rms(yr, D, eps, scratch);
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) nr[i] = w2 ? yr[i] * inv2 * w2[i] : yr[i] * inv2;
 }
 
@@ -691,10 +671,7 @@ __global__ void rms_norm_rope_kernel(const float* x, const float* w, int64_t H, 
   extern __shared__ float row[];
   const float* xr = x + blockIdx.x * D;
   float* yr = y + blockIdx.x * D;
-  float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
-  ss = block_sum(ss, scratch);
-  const float inv = 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
+  const float inv = inv_rms(xr, D, eps, scratch);
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) row[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
   __syncthreads();
   const float p = static_cast<float>(pos[blockIdx.x / H]);
@@ -1330,14 +1307,15 @@ void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
                   float* y, cudaStream_t s) {
   if (rows == 0) return;
-  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, f, w, D, eps, scale, y);
+  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, f, w, D, eps, scale, y,
+         static_cast<const float*>(nullptr), static_cast<float*>(nullptr));
 }
 
 void add_rms_norm_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps,
                        float scale, float* y, const float* w2, float* n, cudaStream_t s) {
   if (rows == 0) return;
-  launch(add_rms_norm_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, f, w, D, eps, scale,
-         y, w2, n);
+  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, f, w, D, eps, scale, y,
+         w2, n);
 }
 
 void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t D, float eps, const int32_t* pos,

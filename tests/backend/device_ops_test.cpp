@@ -207,6 +207,49 @@ TEST(DeviceOps, DecodeMatmulLayouts) {
   });
 }
 
+// Greedy speculative decoding equals plain decoding only if a verification's rows (T = 2..8) carry the very bits
+// a decode step (T = 1) computes: every decode-width path (matmul, gate and up, gate times multiplier, several
+// matrices of one input) must give each row the same sum whatever T is.
+TEST(DeviceOps, DecodeRowsEqualVerifyRowsBitForBit) {
+  FOR_EACH_DEVICE([](Device dev) {
+    Backend& be = backend_for(dev);
+    struct Size {
+      int64_t N, K;
+    };
+    auto bits_of = [](const Tensor& t) {
+      const Tensor h = ops::to_host(t);
+      return std::vector<uint32_t>(h.data<uint32_t>(), h.data<uint32_t>() + h.numel());
+    };
+    for (Size s : {Size{7, 1536}, Size{130, 256}, Size{1537, 6144}, Size{4101, 512}})
+      for (int bits : {0, 8, 4}) {
+        auto make = [&] {
+          return bits ? random_quantized(0, s.N, s.K, bits, 64) : dense(random_host({s.N, s.K}, DType::BF16, 0.1f));
+        };
+        const Linear g = on(dev, make()), u = on(dev, make()), w2 = on(dev, make());
+        const Tensor x = on(dev, random_host({8, s.K})), m = on(dev, random_host({8, s.N}));
+        // Each op over the first T rows of x, one [T, N] output per matrix.
+        auto run = [&](int op, int64_t T) {
+          const Tensor xt = x.slice(0, 0, T), mt = m.slice(0, 0, T);
+          std::vector<Tensor> y = {be.empty({T, s.N}, DType::F32), be.empty({T, s.N}, DType::F32)};
+          if (op == 0) be.matmul(xt, g, y[0], false);
+          if (op == 1) be.matmul_gated(xt, g, &u, nullptr, Unary::GeluTanh, y[0]);
+          if (op == 2) be.matmul_gated(xt, g, nullptr, &mt, Unary::Silu, y[0]);
+          if (op == 3) be.matmul_many(xt, {&g, &w2}, y);
+          return std::vector<std::vector<uint32_t>>{bits_of(y[0]), op == 3 ? bits_of(y[1]) : std::vector<uint32_t>{}};
+        };
+        for (int op = 0; op < 4; op++) {
+          const auto all = run(op, 8);
+          for (int64_t T : {1, 2, 5}) {
+            SCOPED_TRACE(fmt::format("bits {} N={} K={} op {} T={}", bits, s.N, s.K, op, T));
+            const auto some = run(op, T);
+            for (size_t o = 0; o < some.size(); o++)
+              for (size_t i = 0; i < some[o].size(); i++) ASSERT_EQ(some[o][i], all[o][i]) << "output " << o << " at " << i;
+          }
+        }
+      }
+  });
+}
+
 TEST(DeviceOps, QuantizedMatmulAndEmbedding) {
   FOR_EACH_DEVICE([](Device dev) {
     for (int bits : {8, 4})

@@ -33,6 +33,12 @@ namespace {
     if (err_ != cudaSuccess) cuda_fail(err_, what); \
   } while (0)
 
+// Whether environment variable `name` is set to `value`.
+bool env_is(const char* name, const char* value) {
+  const char* v = std::getenv(name);
+  return v && std::string(v) == value;
+}
+
 void check_launch(const char* what) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) cuda_fail(e, what);
@@ -236,8 +242,12 @@ class CudaBackend final : public Backend {
     CUDA_OK(cudaGetDeviceProperties(&prop, index), "cudaGetDeviceProperties");
     description_ = fmt::format("{} ({})", prop.name, device_.str());
     // Programmatic dependent launch hides each kernel's launch behind the one before it (VATIC_PDL=0 turns it off).
-    const char* pdl = std::getenv("VATIC_PDL");
-    cuda::set_programmatic_launch(prop.major >= 9 && !(pdl && std::string(pdl) == "0"));
+    cuda::set_programmatic_launch(prop.major >= 9 && !env_is("VATIC_PDL", "0"));
+    // bf16 prefill GEMMs on tensor cores (compute capability 8.0 and later; VATIC_TENSOR_CORES=0: SGEMM), and the
+    // bf16 GEMV of decode and verification too with VATIC_GEMV_TENSOR_CORES=1 (cheaper verification, slower decode:
+    // docs/gpu.md).
+    tensor_cores_ = prop.major >= 8 && !env_is("VATIC_TENSOR_CORES", "0");
+    cuda::set_gemv_tensor_cores(tensor_cores_ && env_is("VATIC_GEMV_TENSOR_CORES", "1"));
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
     cublasSetStream(blas_, stream_);
@@ -395,6 +405,27 @@ class CudaBackend final : public Backend {
                           static_cast<int>(K), &one, w.weight.data<float>(), static_cast<int>(cw.ld), x.data<float>(),
                           static_cast<int>(ldx), &beta, y.data<float>(), static_cast<int>(ldy)),
               "matmul");
+      return;
+    }
+    if (!w.quantized() && w.weight.dtype() == DType::BF16 && tensor_cores_) {
+      // bf16 weights on tensor cores: x as three bf16 parts (hi + mid + lo = x exactly), three bf16 GEMMs with f32
+      // accumulation whose products are exactly x·w, summed into y. Blocks of at most 64 MB of parts.
+      const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(64) << 20) / 6 / std::max<int64_t>(K, 1)));
+      Tensor parts = empty({3, rows, K}, DType::BF16);
+      for (int64_t t0 = 0; t0 < T; t0 += rows) {
+        const int64_t n = std::min(rows, T - t0);
+        cuda::split_bf16x3(x.data<float>() + t0 * ldx, ldx, n, K, parts.data<uint16_t>(), stream_);
+        check_launch("matmul");
+        for (int p = 0; p < 3; p++) {
+          const float b = p ? 1.0f : beta;
+          blas_ok(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(n),
+                               static_cast<int>(K), &one, w.weight.data<uint16_t>(), CUDA_R_16BF,
+                               static_cast<int>(cw.ld), parts.data<uint16_t>() + p * n * K, CUDA_R_16BF,
+                               static_cast<int>(K), &b, y.data<float>() + t0 * ldy, CUDA_R_32F, static_cast<int>(ldy),
+                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+                  "matmul");
+        }
+      }
       return;
     }
     // Other weight types: F32 copies of row blocks, then the same SGEMM (exact F32 products, as on the CPU).
@@ -949,6 +980,7 @@ class CudaBackend final : public Backend {
   mutable MemoryPool pool_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  bool tensor_cores_ = false;  // bf16 prefill GEMMs as three bf16 GEMMs on tensor cores
   Staging staging_[2];
   int* flag_host_ = nullptr;
   int* flag_dev_ = nullptr;

@@ -1,5 +1,6 @@
 // CUDA kernels of the device backend. Correctness first: every kernel computes in F32 with the same formulas as the
 // CPU backend (accurate expf/tanhf/sincosf, no fast-math), so parity with the CPU holds to rounding.
+#include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
 #include <cfloat>
@@ -178,6 +179,7 @@ __device__ __forceinline__ void pdl_begin() {
 }
 
 bool g_pdl = false;
+bool g_gemv_mma = false;
 
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
@@ -554,6 +556,165 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
       }
       finish(r, t, v, v2);
     }
+  }
+}
+
+// ---------------------------------------------------------------- tensor-core GEMV for bf16 weights
+
+// x = hi + mid + lo exactly, each part a bf16 (x's 24 significant bits in three 8-bit pieces; each difference is
+// exact by Sterbenz's lemma). A bf16 weight times a bf16 part is exact in f32, so the tensor cores' products are the
+// f32 products x·w, only summed in the tensor cores' order. Two values per 32-bit register, the lower k first.
+__device__ __forceinline__ void split_bf16x3(float a, float b, uint32_t& hi, uint32_t& mid, uint32_t& lo) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  const float2 hf = __bfloat1622float2(h);
+  const float ra = a - hf.x, rb = b - hf.y;
+  const __nv_bfloat162 m = __floats2bfloat162_rn(ra, rb);
+  const float2 mf = __bfloat1622float2(m);
+  const __nv_bfloat162 l = __floats2bfloat162_rn(ra - mf.x, rb - mf.y);
+  hi = *reinterpret_cast<const uint32_t*>(&h);
+  mid = *reinterpret_cast<const uint32_t*>(&m);
+  lo = *reinterpret_cast<const uint32_t*>(&l);
+}
+
+// d += a · b for one 16×16 (a, bf16, row-major) by 16×8 (b, bf16) tile, f32 accumulators.
+__device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm(
+      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+constexpr int kMmaWarps = 16;  // warps per block
+
+// The bf16 GEMV on tensor cores, for every T <= 8 (decode and verification take the same path, so a row's sum is
+// the same bits whatever T is: the MMA computes each output column from its own inputs only). A warp owns a
+// 16-row tile of weights and the 8 input rows as the MMA's 8 columns, each input row split into three bf16 parts
+// that accumulate separately (added hi + mid, then + lo, at the end). A k-step covers 64 inputs: lane (g, t)
+// (g = lane / 4, t = lane % 4) loads 16 consecutive inputs at 16t of weight rows g and g + 8 and of input row g,
+// and the k slots (2t, 2t+1, 2t+8, 2t+9) of the step's four k16 MMAs hold its inputs (16t .. 16t+3), (16t+4 ..
+// 16t+7), ...: a permutation of k shared by weights and inputs, so each product is the right one. `parts` warps
+// split the k-steps (interleaved) and add their sums in a fixed order; with EPI 1 the gate's tile and the up
+// projection's tile go to two sets of `parts` warps. Epilogues as in gemv_chunks_kernel.
+template <int EPI>
+__global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob j, int parts) {
+  pdl_begin();
+  __shared__ float partial[kMmaWarps][4][32];
+  const int64_t ldx = j.ldx, K = j.K, N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
+  const int T = j.T;
+  auto segment = [&](int64_t n) { return EPI == 3 ? (n < j.n_end[0] ? 0 : n < j.n_end[1] ? 1 : 2) : 0; };
+  auto local = [&](int64_t n, int seg) { return EPI == 3 && seg ? n - j.n_end[seg - 1] : n; };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
+  const int span = EPI == 1 ? 2 * parts : parts;  // warps per row tile
+  const int part = warp % parts, which = EPI == 1 ? (warp / parts) % 2 : 0, lead = warp - warp % span;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (kMmaWarps / span) + warp / span) * 16;
+  // This lane's weight rows g and g + 8 of the tile (EPI 1: of the gate or of the up projection).
+  const uint4* rowp[2];
+#pragma unroll
+  for (int h = 0; h < 2; h++) {
+    const int64_t n = n0 + g + 8 * h;
+    const int seg = EPI == 1 ? which : segment(n);
+    rowp[h] = n < N ? static_cast<const uint4*>(weight_row(j.w[seg], 0, local(n, seg))) : nullptr;
+  }
+  const float* xrow = g < T ? j.x + g * ldx : nullptr;
+  const int64_t chunks = K / 8, steps = (chunks + 7) / 8;
+  float acc[3][4];
+#pragma unroll
+  for (int s = 0; s < 3; s++)
+#pragma unroll
+    for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
+  // Two steps in flight: the next step's loads are issued before this step's MMAs.
+  struct Step {
+    uint4 q[2][2];  // [row half][chunk]
+    float4 x[4];
+  };
+  const int64_t stride = parts;
+  auto fetch = [&](Step& b, int64_t s0) {
+#pragma unroll
+    for (int u = 0; u < 2; u++) {
+      const int64_t c = s0 * 8 + 2 * t + u;
+      const bool in = c < chunks;
+#pragma unroll
+      for (int h = 0; h < 2; h++) b.q[h][u] = in && rowp[h] ? load_stream(rowp[h] + c) : make_uint4(0, 0, 0, 0);
+      if (in && xrow) {
+        const float4* xp = reinterpret_cast<const float4*>(xrow + c * 8);
+        b.x[2 * u] = xp[0];
+        b.x[2 * u + 1] = xp[1];
+      } else {
+        b.x[2 * u] = b.x[2 * u + 1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+  };
+  auto compute = [&](const Step& b) {
+#pragma unroll
+    for (int k16 = 0; k16 < 4; k16++) {
+      const float4 xv = b.x[k16];
+      uint32_t x3[3][2];  // [part][b0, b1]
+      split_bf16x3(xv.x, xv.y, x3[0][0], x3[1][0], x3[2][0]);
+      split_bf16x3(xv.z, xv.w, x3[0][1], x3[1][1], x3[2][1]);
+      const uint4 &r0 = b.q[0][k16 / 2], &r1 = b.q[1][k16 / 2];
+      const bool hi = k16 & 1;
+      const uint32_t a[4] = {hi ? r0.z : r0.x, hi ? r1.z : r1.x, hi ? r0.w : r0.y, hi ? r1.w : r1.y};
+#pragma unroll
+      for (int s = 0; s < 3; s++) mma_bf16_16816(acc[s], a, x3[s][0], x3[s][1]);
+    }
+  };
+  Step b0, b1;
+  if (part < steps) fetch(b0, part);
+  for (int64_t s0 = part; s0 < steps; s0 += 2 * stride) {
+    if (s0 + stride < steps) fetch(b1, s0 + stride);
+    compute(b0);
+    if (s0 + stride >= steps) break;
+    if (s0 + 2 * stride < steps) fetch(b0, s0 + 2 * stride);
+    compute(b1);
+  }
+  // Accumulator i: weight row g + 8·(i / 2) of the tile, input row 2t + (i % 2).
+  float v[4], v2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+  for (int i = 0; i < 4; i++) v[i] = (acc[0][i] + acc[1][i]) + acc[2][i];
+  if (span > 1) {
+#pragma unroll
+    for (int i = 0; i < 4; i++) partial[warp][i][lane] = v[i];
+    __syncthreads();
+    if (warp != lead) return;
+#pragma unroll
+    for (int i = 0; i < 4; i++) {
+      float sum = partial[lead][i][lane];
+      for (int p = 1; p < parts; p++) sum += partial[lead + p][i][lane];
+      v[i] = sum;
+      if (EPI == 1) {
+        float up = partial[lead + parts][i][lane];
+        for (int p = 1; p < parts; p++) up += partial[lead + parts + p][i][lane];
+        v2[i] = up;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < 4; i++) {
+    const int tok = 2 * t + (i & 1);
+    const int64_t n = n0 + g + 8 * (i >> 1);
+    if (tok >= T || n >= N) continue;
+    float val = v[i];
+    if (EPI == 1) val = activate(j.act, val) * v2[i];
+    if (EPI == 2) val = activate(j.act, val) * j.m[tok * j.ldm + n];
+    const int seg = segment(n);
+    float* out = j.y[seg] + tok * j.ldy[seg] + local(n, seg);
+    *out = j.accumulate ? *out + val : val;
+  }
+}
+
+// x [T, K] (row stride ldx) as three bf16 planes [3][T, K]: hi, mid and lo parts with hi + mid + lo = x.
+__global__ void split_bf16x3_kernel(const float* x, int64_t ldx, int64_t T, int64_t K, __nv_bfloat16* out) {
+  pdl_begin();
+  const int64_t n = T * K;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const float v = x[(i / K) * ldx + i % K];
+    const __nv_bfloat16 h = __float2bfloat16_rn(v);
+    const float r = v - __bfloat162float(h);
+    const __nv_bfloat16 m = __float2bfloat16_rn(r);
+    out[i] = h;
+    out[n + i] = m;
+    out[2 * n + i] = __float2bfloat16_rn(r - __bfloat162float(m));
   }
 }
 
@@ -1131,6 +1292,7 @@ __global__ void route_kernel(RouteArgs a) {
 }  // namespace
 
 void set_programmatic_launch(bool on) { g_pdl = on; }
+void set_gemv_tensor_cores(bool on) { g_gemv_mma = on; }
 
 void copy(const View& src, const View& dst, cudaStream_t s) {
   const int64_t n = numel(dst);
@@ -1177,7 +1339,21 @@ void launch_gemv_chunks_bits(const GemvJob& j, cudaStream_t s) {
 }
 
 template <int EPI>
+void launch_gemv_mma(const GemvJob& j, cudaStream_t s) {
+  // Enough warps to keep the memory system busy: split the k-steps over up to 16 warps (8 each for gate and up)
+  // when the row tiles alone give too few, as long as each warp still has two steps.
+  const int64_t N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
+  const int64_t steps = (j.K / 8 + 7) / 8, tiles = (N + 15) / 16;
+  const int sets = EPI == 1 ? 2 : 1;
+  int parts = 1;
+  while (sets * parts < kMmaWarps && tiles * sets * parts < 4096 && steps / (parts * 2) >= 2) parts *= 2;
+  const int64_t per_block = kMmaWarps / (sets * parts), blocks = (tiles + per_block - 1) / per_block;
+  launch(gemv_mma_kernel<EPI>, static_cast<unsigned>(blocks), 32 * kMmaWarps, 0, s, j, parts);
+}
+
+template <int EPI>
 void launch_gemv_chunks_epi(const GemvJob& j, cudaStream_t s) {
+  if (j.w[0].bits == 0 && g_gemv_mma) return launch_gemv_mma<EPI>(j, s);
   // Four rows per warp share each x load (a verification's 8 input rows read x from L1 once per four weight rows,
   // not two); with more than 2 input rows quantized codes take too many registers for four.
   const bool four = EPI == 1 || j.n_end[EPI == 3 ? kGemvSegments - 1 : 0] >= 4096;
@@ -1287,6 +1463,11 @@ void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* exper
     launch(gemv_experts_kernel, grid, 32 * kRowsPerBlock, 0, s, x + (r0 / per) * ldx, ldx, per, experts + r0, w, N, K,
                                                             y + r0 * ldy, ldy);
   }
+}
+
+void split_bf16x3(const float* x, int64_t ldx, int64_t T, int64_t K, void* out, cudaStream_t s) {
+  if (T * K == 0) return;
+  launch(split_bf16x3_kernel, blocks_for(T * K), kThreads, 0, s, x, ldx, T, K, static_cast<__nv_bfloat16*>(out));
 }
 
 void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* out, cudaStream_t s) {

@@ -44,6 +44,10 @@ struct Weight {
 // Launch each kernel with programmatic stream serialization (compute capability 9.0 and later): the next kernel on
 // the stream is launched while this one runs and waits, on the device, for it to finish.
 void set_programmatic_launch(bool on);
+// bf16 GEMVs of up to 8 input rows on tensor cores (each input split into three bf16 parts: exact products), or,
+// off (the default), on the f32 FMA units. Decode and verification rows take the same path either way, so greedy
+// speculative decoding equals plain decoding under both.
+void set_gemv_tensor_cores(bool on);
 
 void copy(const View& src, const View& dst, cudaStream_t s);
 void fill(const View& dst, float value, cudaStream_t s);
@@ -64,6 +68,9 @@ bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, c
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
                   int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s);
 // Rows [n0, n0 + n) of W (expert 0) dequantized / converted to F32 [n, K] (row stride K).
+// x [T, K] (row stride ldx) as three bf16 planes [3][T, K] (out, 6·T·K bytes) whose sum is x exactly: the
+// prefill GEMM of bf16 weights runs on tensor cores as three bf16 GEMMs with exact products.
+void split_bf16x3(const float* x, int64_t ldx, int64_t T, int64_t K, void* out, cudaStream_t s);
 void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* out, cudaStream_t s);
 
 // out[i, :] = table[ids[i], :] · scale (dense of any float type, or quantized); an id outside [0, V) writes zeros,

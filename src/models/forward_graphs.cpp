@@ -82,7 +82,9 @@ ForwardGraphs::Graph* ForwardGraphs::record(const Key& key, KvState& state, cons
 ForwardResult ForwardGraphs::run(KvState& state, const std::vector<int32_t>& tokens, int64_t n_out, bool all_hidden,
                                  const Forward& forward) {
   const int64_t T = static_cast<int64_t>(tokens.size());
-  if (!enabled_ || broken_ || T == 0 || T > kMaxTokens) return forward(state, tokens, n_out, all_hidden);
+  VATIC_CHECK(T > 0, "forward over no tokens");
+  VATIC_CHECK(n_out >= 0 && n_out <= T, "forward: {} outputs requested from {} tokens", n_out, T);
+  if (!enabled_ || broken_ || T > kMaxTokens) return forward(state, tokens, n_out, all_hidden);
   state.reserve(T);  // any reallocation happens here, before the layout is read
   const Key key{&state, state.layout(), T, n_out, all_hidden};
   Graph* g = nullptr;

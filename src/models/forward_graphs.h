@@ -29,7 +29,8 @@ class ForwardGraphs {
 
   explicit ForwardGraphs(Device device);
   ~ForwardGraphs();
-  // Runs `forward` over `tokens` (as LanguageModel::forward), from a graph where it can.
+  // Runs `forward` over `tokens` (as LanguageModel::forward: at least one token, n_out of them wanted), from a graph
+  // where it can. A model's forward is this call with its eager forward.
   ForwardResult run(KvState& state, const std::vector<int32_t>& tokens, int64_t n_out, bool all_hidden,
                     const Forward& forward);
   size_t graphs() const { return graphs_.size(); }

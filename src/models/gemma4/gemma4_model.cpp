@@ -189,9 +189,6 @@ Tensor Gemma4Model::per_layer_inputs(const Tensor& ids, const Tensor& x0) {
 
 ForwardResult Gemma4Model::forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
                                    bool all_hidden) {
-  const int64_t T = static_cast<int64_t>(tokens.size());
-  VATIC_CHECK(T > 0, "forward over no tokens");
-  VATIC_CHECK(n_out >= 0 && n_out <= T, "forward: {} outputs requested from {} tokens", n_out, T);
   return graphs_->run(static_cast<KvState&>(state), tokens, n_out, all_hidden,
                       [this](KvState& st, const std::vector<int32_t>& t, int64_t n, bool all) {
                         return forward_eager(st, t, n, all);

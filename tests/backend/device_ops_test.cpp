@@ -458,6 +458,10 @@ TEST(DeviceOps, Attention) {
                    Case{4, 19, 4, 2, 33, 17, 0, 0, false}, Case{5, 40, 8, 2, 512, 512, 8, 0, false},
                    Case{3, 30, 6, 3, 48, 48, 0, 4, false}, Case{2, 50, 20, 1, 576, 512, 0, 0, true},
                    Case{7, 300, 4, 1, 64, 64, 33, 5, false},
+                   // Prompts (more than 8 queries): windows, empty slots, GLM's latent cache, head dim 1024.
+                   Case{40, 40, 8, 2, 256, 256, 0, 0, false}, Case{37, 90, 4, 1, 512, 512, 16, 5, false},
+                   Case{9, 9, 2, 2, 1024, 64, 0, 0, false}, Case{33, 70, 20, 1, 576, 512, 0, 3, true},
+                   Case{100, 100, 2, 1, 64, 64, 7, 0, false},
                    // Long contexts with few queries: the keys are split over blocks (some splits see no key).
                    Case{1, 4000, 8, 1, 256, 256, 0, 3, false}, Case{1, 1000, 8, 1, 512, 512, 512, 0, false},
                    Case{1, 2000, 20, 1, 576, 512, 0, 0, true}, Case{1, 3000, 2, 1, 64, 64, 10, 0, false}}) {

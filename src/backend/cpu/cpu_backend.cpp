@@ -239,12 +239,10 @@ class CpuBackend final : public Backend {
       cpu::QGemmArgs a;
       a.x = X;
       a.ldx = ldx;
-      thread_local std::vector<float> permuted;
-      if (w.bits == 4) {
-        permuted.resize(static_cast<size_t>(T * K));
-        cpu::permute_int4_activations(X, ldx, T, K, permuted.data());
-        a.x = permuted.data();
-        a.ldx = K;
+      thread_local std::vector<float> prepared;
+      if (const int64_t width = k.qgemm_x(X, ldx, T, K, w.bits, w.group, prepared)) {
+        a.x = prepared.data();
+        a.ldx = width;
       }
       a.T = T;
       a.q = static_cast<const uint8_t*>(w.weight.raw());

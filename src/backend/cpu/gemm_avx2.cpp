@@ -15,7 +15,7 @@ namespace {
 
 struct V {
   using vec = __m256;
-  static constexpr int W = 8, NR = 4, TR_DENSE = 2, TR_QUANT = 2;
+  static constexpr int W = 8, NR = 4, TR_DENSE = 2, TR_QUANT = 2, TR_ROW = 2;
   static constexpr int PC = 2, PT = 6;
   static vec zero() { return _mm256_setzero_ps(); }
   static vec set1(float f) { return _mm256_set1_ps(f); }
@@ -26,6 +26,7 @@ struct V {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
+  static vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
   static vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
   static float reduce(vec v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);

@@ -12,7 +12,7 @@ namespace {
 
 struct V {
   using vec = float;
-  static constexpr int W = 1, NR = 4, TR_DENSE = 4, TR_QUANT = 4;
+  static constexpr int W = 1, NR = 4, TR_DENSE = 4, TR_QUANT = 4, TR_ROW = 4;
   static constexpr int PC = 4, PT = 4;
   static vec zero() { return 0.0f; }
   static vec set1(float f) { return f; }
@@ -25,6 +25,7 @@ struct V {
     __builtin_memcpy(&f, &u, 4);
     return f;
   }
+  static vec add(vec a, vec b) { return a + b; }
   static vec fma(vec a, vec b, vec c) { return a * b + c; }
   static float reduce(vec v) { return v; }
   static void transpose(vec*) {}

@@ -425,17 +425,17 @@ Kernels make(const std::string& isa) {
   Kernels k{};
   if (isa == "avx512") {
     k = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot4_bf16_avx512, dot4_f32_avx512, axpy_avx512,
-         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512};
+         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512, qgemm_x_permuted};
     fill_gemm_avx512(k);
     fill_vmath_avx512(k);
   } else if (isa == "avx2") {
     k = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot4_bf16_avx2, dot4_f32_avx2, axpy_avx2, nullptr, nullptr, nullptr,
-         nullptr, nullptr, nullptr, dot_rows_avx2, axpy_rows_avx2};
+         nullptr, nullptr, nullptr, dot_rows_avx2, axpy_rows_avx2, qgemm_x_permuted};
     fill_gemm_avx2(k);
     fill_vmath_avx2(k);
   } else {
     k = {"generic", dot_f32_generic, dot_bf16_generic, dot4_bf16_generic, dot4_f32_generic, axpy_generic,
-         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_generic, axpy_rows_generic};
+         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_generic, axpy_rows_generic, qgemm_x_permuted};
     fill_gemm_generic(k);
     fill_vmath_generic(k);
   }
@@ -502,6 +502,14 @@ void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K,
         o[c + 16 + j] = xr[c + 2 * j + 1];
       }
   }
+}
+
+int64_t qgemm_x_permuted(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int,
+                         std::vector<float>& out) {
+  if (bits != 4) return 0;
+  out.resize(static_cast<size_t>(T * K));
+  permute_int4_activations(x, ldx, T, K, out.data());
+  return K;
 }
 
 }  // namespace vatic::cpu

@@ -28,6 +28,12 @@ struct V {
   }
   static vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
   static vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+  // 2W bf16 values in one load: the even ones (low halves of the 32-bit words) and the odd ones.
+  static void load_w2(const uint16_t* p, vec& even, vec& odd) {
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
   static float reduce(vec v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     lo = _mm_add_ps(lo, hi);

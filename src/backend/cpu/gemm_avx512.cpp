@@ -33,6 +33,12 @@ struct V {
   }
   static vec add(vec a, vec b) { return _mm512_add_ps(a, b); }
   static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+  // 2W bf16 values in one load: the even ones (low halves of the 32-bit words) and the odd ones.
+  static void load_w2(const uint16_t* p, vec& even, vec& odd) {
+    const __m512i d = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
   static float reduce(vec v) { return _mm512_reduce_add_ps(v); }
 
   // 16 × 16 in four rounds of two-source permutes: round b (8, 4, 2, 1) swaps the off-diagonal b × b blocks of

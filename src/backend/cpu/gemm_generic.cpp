@@ -27,6 +27,11 @@ struct V {
   }
   static vec add(vec a, vec b) { return a + b; }
   static vec fma(vec a, vec b, vec c) { return a * b + c; }
+  // 2W bf16 values: the even one and the odd one.
+  static void load_w2(const uint16_t* p, vec& even, vec& odd) {
+    even = load_w(p);
+    odd = load_w(p + 1);
+  }
   static float reduce(vec v) { return v; }
   static void transpose(vec*) {}
   static vec q8(const uint8_t* p) { return static_cast<float>(*p); }

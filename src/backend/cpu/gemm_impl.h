@@ -6,7 +6,7 @@
 // tokens per one-row dense tile, dense_row_tile); PC / PT
 // (vectors of outputs × tokens per prefill panel tile);
 // zero(), set1(f), loadx(const float*), load_w(const uint16_t*) (bf16 -> f32), load_w(const float*),
-// add(a, b), fma(a, b, c) = a·b + c, reduce(v) (sum of lanes), transpose(v[W]) (a W × W block: lane i of v[j] <-> lane j of v[i]), q8(p) (W bytes -> W floats), q4lo(p) / q4hi(p) (low / high
+// add(a, b), fma(a, b, c) = a·b + c, load_w2(p, even, odd) (2W bf16 -> the even and the odd ones), reduce(v) (sum of lanes), transpose(v[W]) (a W × W block: lane i of v[j] <-> lane j of v[i]), q8(p) (W bytes -> W floats), q4lo(p) / q4hi(p) (low / high
 // nibbles of W bytes -> W floats); LUT4 (W == 16 only): lut4(s, b) (the 16 values fma(q, s, b), q = 0..15, in
 // one vector) and q4lo_lut(p, lut) / q4hi_lut(p, lut) (W weights looked up by their low / high nibbles).
 //
@@ -223,46 +223,96 @@ void panel_gemm(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t KB, f
 // 768 × 256 bf16 matrix from L2 took 3.4 cycles per vector of 16 weights). The row is read once per token tile, in
 // memory order. Each token's sum depends only on the row and the token, so any T < kPanelMinT gives a decode
 // step's sums bit for bit.
-template <int TR, class WT>
-inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t K, float* y, int64_t ldy, bool acc) {
+template <int NR, int TR, class WT>
+inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t K, float* y, int64_t ldy,
+                           bool acc) {
   constexpr int A = 4;
-  typename V::vec a[TR][A];
-#pragma GCC unroll 8
-  for (int t = 0; t < TR; t++)
+  typename V::vec a[NR][TR][A];
 #pragma GCC unroll 4
-    for (int i = 0; i < A; i++) a[t][i] = V::zero();
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int t = 0; t < TR; t++)
+#pragma GCC unroll 4
+      for (int i = 0; i < A; i++) a[r][t][i] = V::zero();
   int64_t k = 0;
-  for (; k + A * V::W <= K; k += A * V::W)
+  if constexpr (std::is_same_v<WT, uint16_t>) {
+    // bf16: x is in pair order (pair_order_x); each load of 2W weights gives the even and the odd ones.
+    auto step = [&](int64_t kk, int i) {
 #pragma GCC unroll 4
-    for (int i = 0; i < A; i++) {
-      const typename V::vec wv = V::load_w(w + k + i * V::W);
+      for (int r = 0; r < NR; r++) {
+        typename V::vec we, wo;
+        V::load_w2(w + r * ldw + kk, we, wo);
 #pragma GCC unroll 8
-      for (int t = 0; t < TR; t++) a[t][i] = V::fma(wv, V::loadx(x + t * ldx + k + i * V::W), a[t][i]);
+        for (int t = 0; t < TR; t++) {
+          a[r][t][i] = V::fma(we, V::loadx(x + t * ldx + kk), a[r][t][i]);
+          a[r][t][i + 1] = V::fma(wo, V::loadx(x + t * ldx + kk + V::W), a[r][t][i + 1]);
+        }
+      }
+    };
+    for (; k + 4 * V::W <= K; k += 4 * V::W) {
+      step(k, 0);
+      step(k + 2 * V::W, 2);
     }
-  for (int i = 0; k + V::W <= K; k += V::W, i++) {
-    const typename V::vec wv = V::load_w(w + k);
+    if (k + 2 * V::W <= K) {
+      step(k, 0);
+      k += 2 * V::W;
+    }
+  } else {
+    auto step = [&](int64_t kk, int i) {
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; r++) {
+        const typename V::vec wv = V::load_w(w + r * ldw + kk);
 #pragma GCC unroll 8
-    for (int t = 0; t < TR; t++) a[t][i] = V::fma(wv, V::loadx(x + t * ldx + k), a[t][i]);
+        for (int t = 0; t < TR; t++) a[r][t][i] = V::fma(wv, V::loadx(x + t * ldx + kk), a[r][t][i]);
+      }
+    };
+    for (; k + A * V::W <= K; k += A * V::W)
+#pragma GCC unroll 4
+      for (int i = 0; i < A; i++) step(k + i * V::W, i);
+    for (int i = 0; k + V::W <= K; k += V::W, i++) step(k, i);
   }
-  float s[TR];
+  float s[NR][TR];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
-  for (int t = 0; t < TR; t++) s[t] = V::reduce(V::add(V::add(a[t][0], a[t][1]), V::add(a[t][2], a[t][3])));
-  for (; k < K; k++) {
-    const float wk = wval(w[k]);
-    for (int t = 0; t < TR; t++) s[t] += x[t * ldx + k] * wk;
-  }
-  for (int t = 0; t < TR; t++) {
-    float& o = y[t * ldy];
-    o = acc ? o + s[t] : s[t];
+    for (int t = 0; t < TR; t++)
+      s[r][t] = V::reduce(V::add(V::add(a[r][t][0], a[r][t][1]), V::add(a[r][t][2], a[r][t][3])));
+  for (; k < K; k++)
+    for (int r = 0; r < NR; r++) {
+      const float wk = wval(w[r * ldw + k]);
+      for (int t = 0; t < TR; t++) s[r][t] += x[t * ldx + k] * wk;
+    }
+  for (int t = 0; t < TR; t++)
+    for (int r = 0; r < NR; r++) {
+      float& o = y[t * ldy + r];
+      o = acc ? o + s[r][t] : s[r][t];
+    }
+}
+
+// x [T, K] (row stride ldx) -> out [T, K] in the order dense_row_tile reads against bf16 rows: within each chunk
+// of 2W inputs the even ones, then the odd ones (how a load of 2W bf16 splits into two vectors); the last K % 2W
+// inputs as they are.
+inline void pair_order_x(const float* x, int64_t ldx, int64_t T, int64_t K, float* out) {
+  constexpr int64_t C = 2 * V::W;
+  for (int64_t t = 0; t < T; t++) {
+    const float* xr = x + t * ldx;
+    float* o = out + t * K;
+    int64_t c = 0;
+    for (; c + C <= K; c += C)
+      for (int j = 0; j < V::W; j++) {
+        o[c + j] = xr[c + 2 * j];
+        o[c + V::W + j] = xr[c + 2 * j + 1];
+      }
+    for (; c < K; c++) o[c] = xr[c];
   }
 }
 
-template <class WT, int TR = V::TR_ROW>
-inline void dense_row_tiles(int64_t tr, const float* x, int64_t ldx, const WT* w, int64_t K, float* y, int64_t ldy,
-                            bool acc) {
+template <int NR, class WT, int TR = V::TR_ROW>
+inline void dense_row_tiles(int64_t tr, const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t K, float* y,
+                            int64_t ldy, bool acc) {
   if constexpr (TR > 1)
-    if (tr < TR) return dense_row_tiles<WT, TR - 1>(tr, x, ldx, w, K, y, ldy, acc);
-  dense_row_tile<TR>(x, ldx, w, K, y, ldy, acc);
+    if (tr < TR) return dense_row_tiles<NR, WT, TR - 1>(tr, x, ldx, w, ldw, K, y, ldy, acc);
+  dense_row_tile<NR, TR>(x, ldx, w, ldw, K, y, ldy, acc);
 }
 
 template <class WT>
@@ -277,10 +327,20 @@ void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
   // Decode, verification and short prompts read the rows one at a time, in memory order: a dense weight matrix of a
   // decode step is usually read from DRAM (the demo model's 23 MB of bf16 do not stay in a shared L3), and one
   // sequential stream keeps the hardware prefetchers ahead where several interleaved 0.5–3 KB rows do not.
+  const float* x = a.x;
+  int64_t ldx = a.ldx;
+  if constexpr (std::is_same_v<WT, uint16_t>) {
+    thread_local std::vector<float> paired;
+    paired.resize(static_cast<size_t>(a.T * a.K));
+    pair_order_x(a.x, a.ldx, a.T, a.K, paired.data());
+    x = paired.data();
+    ldx = a.K;
+  }
   for (int64_t n = n0; n < n1; n++)
     for (int64_t t = 0; t < a.T;) {
       const int64_t tr = token_tile(a.T - t, V::TR_ROW);
-      dense_row_tiles<WT>(tr, a.x + t * a.ldx, a.ldx, W + n * a.ldw, a.K, a.y + t * a.ldy + n, a.ldy, a.accumulate);
+      dense_row_tiles<1, WT>(tr, x + t * ldx, ldx, W + n * a.ldw, a.ldw, a.K, a.y + t * a.ldy + n, a.ldy,
+                             a.accumulate);
       t += tr;
     }
 }

@@ -25,15 +25,19 @@ namespace vatic::cpu {
 
 namespace {
 
-// Per bits: the input (within its block) and the power of two 2^-p of each of the 64 prepared values.
+// Per bits and vector j of a block: the source of each lane in the two-register permute of inputs [0, 32) or
+// [32, 64) (index & 31), the lanes that take the second pair, and each lane's 2^-p.
 struct FactoredOrder {
-  int input[kFactoredBlock];
-  float scale[kFactoredBlock];
-  explicit constexpr FactoredOrder(int bits) : input{}, scale{} {
+  int32_t index[4][16];
+  uint16_t upper[4];
+  float scale[4][16];
+  explicit constexpr FactoredOrder(int bits) : index{}, upper{}, scale{} {
     for (int j = 0; j < 4; j++)
       for (int i = 0; i < 16; i++) {
-        input[j * 16 + i] = factored_input(bits, j, i);
-        scale[j * 16 + i] = 1.0f / static_cast<float>(1u << factored_shift(bits, j, i));
+        const int in = factored_input(bits, j, i);
+        index[j][i] = in & 31;
+        if (in >= 32) upper[j] = static_cast<uint16_t>(upper[j] | (1u << i));
+        scale[j][i] = 1.0f / static_cast<float>(1u << factored_shift(bits, j, i));
       }
   }
 };
@@ -44,15 +48,28 @@ constexpr FactoredOrder kOrder8(8), kOrder4(4);
 void factored_x(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group, float* out) {
   const int64_t L = factored_width(K, group), G = K / group;
   const FactoredOrder& ord = bits == 8 ? kOrder8 : kOrder4;
+  __m512i idx[4];
+  __m512 scl[4];
+  for (int j = 0; j < 4; j++) {
+    idx[j] = _mm512_loadu_si512(ord.index[j]);
+    scl[j] = _mm512_loadu_ps(ord.scale[j]);
+  }
   for (int64_t t = 0; t < T; t++) {
     const float* xr = x + t * ldx;
     float* o = out + t * L;
-    for (int64_t b = 0; b < K; b += kFactoredBlock)
-      for (int e = 0; e < kFactoredBlock; e++) o[b + e] = xr[b + ord.input[e]] * ord.scale[e];
+    for (int64_t b = 0; b < K; b += kFactoredBlock) {
+      const __m512 x0 = _mm512_loadu_ps(xr + b), x1 = _mm512_loadu_ps(xr + b + 16);
+      const __m512 x2 = _mm512_loadu_ps(xr + b + 32), x3 = _mm512_loadu_ps(xr + b + 48);
+      for (int j = 0; j < 4; j++) {
+        const __m512 lo = _mm512_permutex2var_ps(x0, idx[j], x1), hi = _mm512_permutex2var_ps(x2, idx[j], x3);
+        _mm512_storeu_ps(o + b + 16 * j, _mm512_mul_ps(_mm512_mask_blend_ps(ord.upper[j], lo, hi), scl[j]));
+      }
+    }
+    // Group sums: 16 lanes per step, then the lanes.
     for (int64_t g = 0; g < G; g++) {
-      float s = 0.0f;
-      for (int64_t k = g * group; k < (g + 1) * group; k++) s += xr[k];
-      o[K + g] = s;
+      __m512 s = _mm512_setzero_ps();
+      for (int64_t k = g * group; k < (g + 1) * group; k += 16) s = _mm512_add_ps(s, _mm512_loadu_ps(xr + k));
+      o[K + g] = _mm512_reduce_add_ps(s);
     }
     for (int64_t g = K + G; g < L; g++) o[g] = 0.0f;
   }

@@ -28,6 +28,13 @@ struct V {
   }
   static vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
   static vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+  // 2W floats -> the even ones at out, the odd ones at out + W.
+  static void deinterleave(const float* p, float* out) {
+    const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+    const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);  // per 128-bit half
+    _mm256_storeu_ps(out, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+    _mm256_storeu_ps(out + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
+  }
   // 2W bf16 values in one load: the even ones (low halves of the 32-bit words) and the odd ones.
   static void load_w2(const uint16_t* p, vec& even, vec& odd) {
     const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));

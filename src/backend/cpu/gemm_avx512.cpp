@@ -33,6 +33,14 @@ struct V {
   }
   static vec add(vec a, vec b) { return _mm512_add_ps(a, b); }
   static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+  // 2W floats -> the even ones at out, the odd ones at out + W.
+  static void deinterleave(const float* p, float* out) {
+    const __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    _mm512_storeu_ps(out, _mm512_permutex2var_ps(a, ie, b));
+    _mm512_storeu_ps(out + 16, _mm512_permutex2var_ps(a, io, b));
+  }
   // 2W bf16 values in one load: the even ones (low halves of the 32-bit words) and the odd ones.
   static void load_w2(const uint16_t* p, vec& even, vec& odd) {
     const __m512i d = _mm512_loadu_si512(p);

@@ -27,6 +27,11 @@ struct V {
   }
   static vec add(vec a, vec b) { return a + b; }
   static vec fma(vec a, vec b, vec c) { return a * b + c; }
+  // 2W floats -> the even one at out, the odd one at out + W.
+  static void deinterleave(const float* p, float* out) {
+    out[0] = p[0];
+    out[1] = p[1];
+  }
   // 2W bf16 values: the even one and the odd one.
   static void load_w2(const uint16_t* p, vec& even, vec& odd) {
     even = load_w(p);

@@ -6,7 +6,7 @@
 // tokens per one-row dense tile, dense_row_tile); PC / PT
 // (vectors of outputs × tokens per prefill panel tile);
 // zero(), set1(f), loadx(const float*), load_w(const uint16_t*) (bf16 -> f32), load_w(const float*),
-// add(a, b), fma(a, b, c) = a·b + c, load_w2(p, even, odd) (2W bf16 -> the even and the odd ones), reduce(v) (sum of lanes), transpose(v[W]) (a W × W block: lane i of v[j] <-> lane j of v[i]), q8(p) (W bytes -> W floats), q4lo(p) / q4hi(p) (low / high
+// add(a, b), fma(a, b, c) = a·b + c, load_w2(p, even, odd) (2W bf16 -> the even and the odd ones), deinterleave(p, out) (the same for 2W floats), reduce(v) (sum of lanes), transpose(v[W]) (a W × W block: lane i of v[j] <-> lane j of v[i]), q8(p) (W bytes -> W floats), q4lo(p) / q4hi(p) (low / high
 // nibbles of W bytes -> W floats); LUT4 (W == 16 only): lut4(s, b) (the 16 values fma(q, s, b), q = 0..15, in
 // one vector) and q4lo_lut(p, lut) / q4hi_lut(p, lut) (W weights looked up by their low / high nibbles).
 //
@@ -298,11 +298,7 @@ inline void pair_order_x(const float* x, int64_t ldx, int64_t T, int64_t K, floa
     const float* xr = x + t * ldx;
     float* o = out + t * K;
     int64_t c = 0;
-    for (; c + C <= K; c += C)
-      for (int j = 0; j < V::W; j++) {
-        o[c + j] = xr[c + 2 * j];
-        o[c + V::W + j] = xr[c + 2 * j + 1];
-      }
+    for (; c + C <= K; c += C) V::deinterleave(xr + c, o + c);
     for (; c < K; c++) o[c] = xr[c];
   }
 }

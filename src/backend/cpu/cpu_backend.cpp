@@ -22,6 +22,9 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 // threads that just finished a region are still spinning, so the fork and join cost about a microsecond, and a
 // small model's decode (matrices of 0.1–1 M multiply-adds) only gains from a second thread this way.
 constexpr int64_t kMinParallelMatmul = int64_t{1} << 17;
+// Norms, activations and other elementwise ops: from 16 K values on (a prompt of 64 tokens at width 256), both
+// cores; below, one (an OpenMP region costs about as much as 8 K values of work).
+constexpr int64_t kMinParallelElementwise = int64_t{1} << 14;
 
 using cpu::kernels;
 
@@ -321,7 +324,7 @@ class CpuBackend final : public Backend {
     const float* wf = norm_weight(w, D);
     const float* X = x.data<float>();
     float* Y = y.data<float>();
-#pragma omp parallel for schedule(static) if (R * D > 65536)
+#pragma omp parallel for schedule(static) if (R * D > kMinParallelElementwise)
     for (int64_t r = 0; r < R; r++) {
       const float* xr = X + r * D;
       float* yr = Y + r * D;
@@ -346,7 +349,7 @@ class CpuBackend final : public Backend {
     const float* X = x.data<float>();
     const float* F = f.data<float>();
     float* Y = y.data<float>();
-#pragma omp parallel for schedule(static) if (R * D > 65536)
+#pragma omp parallel for schedule(static) if (R * D > kMinParallelElementwise)
     for (int64_t r = 0; r < R; r++) {
       const float* xr = X + r * D;
       const float* fr = F + r * D;
@@ -646,7 +649,7 @@ class CpuBackend final : public Backend {
       }
     };
     const int64_t blocks = (n + kActBlock - 1) / kActBlock;
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > kMinParallelElementwise)
     for (int64_t b = 0; b < blocks; b++) block(b * kActBlock);
   }
   void unary(Unary op, const Tensor& a, const Tensor& y) override {
@@ -654,7 +657,7 @@ class CpuBackend final : public Backend {
     float* Y = y.data<float>();
     const int64_t n = a.numel();
     if (op == Unary::GeluTanh || op == Unary::Tanh) return tanh_act(op, A, nullptr, Y, n);
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > kMinParallelElementwise)
     for (int64_t i = 0; i < n; i++) Y[i] = act(op, A[i]);
   }
   void gated(Unary op, const Tensor& g, const Tensor& u, const Tensor& y) override {
@@ -665,7 +668,7 @@ class CpuBackend final : public Backend {
     float* Y = y.data<float>();
     const int64_t n = g.numel();
     if (op == Unary::GeluTanh || op == Unary::Tanh) return tanh_act(op, G, U, Y, n);
-#pragma omp parallel for schedule(static) if (n > 65536)
+#pragma omp parallel for schedule(static) if (n > kMinParallelElementwise)
     for (int64_t i = 0; i < n; i++) Y[i] = act(op, G[i]) * U[i];
   }
   void softcap(const Tensor& a, float cap, const Tensor& y) override {

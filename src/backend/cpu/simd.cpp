@@ -493,6 +493,9 @@ bool set_isa(const std::string& name) {
 }
 
 void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out) {
+  // A prompt's rows in parallel (it runs before the matmul's own parallel region; 3.5 % of a two-thread int4
+  // prefill when one thread did it).
+#pragma omp parallel for schedule(static) if (T * K >= (int64_t{1} << 14))
   for (int64_t t = 0; t < T; t++) {
     const float* xr = x + t * ldx;
     float* o = out + t * K;

@@ -1,5 +1,7 @@
 #include "backend/cpu/simd.h"
 
+#include "backend/cpu/parallel.h"
+
 // GCC 12 reports false "uninitialized" warnings inside its own AVX-512 reduction intrinsics.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -495,8 +497,7 @@ bool set_isa(const std::string& name) {
 void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out) {
   // A prompt's rows in parallel (it runs before the matmul's own parallel region; 3.5 % of a two-thread int4
   // prefill when one thread did it).
-#pragma omp parallel for schedule(static) if (T * K >= (int64_t{1} << 14))
-  for (int64_t t = 0; t < T; t++) {
+  parallel_for(T, T * K >= (int64_t{1} << 14), [&](int64_t t) {
     const float* xr = x + t * ldx;
     float* o = out + t * K;
     for (int64_t c = 0; c + 32 <= K; c += 32)
@@ -504,7 +505,7 @@ void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K,
         o[c + j] = xr[c + 2 * j];
         o[c + 16 + j] = xr[c + 2 * j + 1];
       }
-  }
+  });
 }
 
 int64_t qgemm_x_permuted(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int,

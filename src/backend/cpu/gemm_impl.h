@@ -217,7 +217,8 @@ void panel_gemm(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t KB, f
   }
 }
 
-// One weight row × TR tokens, for dense decode, verification and short prompts (T < kPanelMinT). Four accumulators
+// NR weight rows × TR tokens (gemm_dense uses NR = 1: two interleaved rows slowed the DRAM stream of a decode pass
+// by 10-40 %), for dense decode, verification and short prompts (T < kPanelMinT). Four accumulators
 // per token (vector v of the row goes to accumulator v % 4; they meet as (a0 + a1) + (a2 + a3) before the horizontal
 // sum): a row of 256 inputs is then four FMA chains of 4 instead of one of 16, which the FMA latency bounded (a
 // 768 × 256 bf16 matrix from L2 took 3.4 cycles per vector of 16 weights). The row is read once per token tile, in

@@ -3,7 +3,7 @@
 //
 // Decide before entering a region rather than in a `#pragma omp parallel ... if (...)` clause: libgomp starts and
 // ends even a one-thread region through its team code, with futex calls (about 115 per decode step of the demo
-// model, 5-10 % of the step at one thread, before these helpers).
+// model, 5-10 % of the step at one thread, before this file).
 #include <omp.h>
 
 #include <cstdint>

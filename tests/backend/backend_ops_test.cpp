@@ -176,9 +176,8 @@ TEST_P(DenseMatmul, MatchesDoubleReference) {
 }
 
 // A decode step (T = 1) and a verification (T = 2..9) compute each token's outputs with the same sums, bit for bit:
-// greedy decoding with speculation must equal decoding without it. Below 8 tokens dense rows are read one at a
-// time, from 8 tokens on in tiles of several rows (inputs blocked by 1024, hence K <= 1024 at 9 tokens); every
-// path must keep each row's order of operations.
+// greedy decoding with speculation must equal decoding without it. Below 32 tokens (where prefill panels start)
+// dense rows are read one at a time with all their tokens; every path must keep each row's order of operations.
 TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
   Backend& be = cpu_backend();
   struct Case {
@@ -186,7 +185,7 @@ TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
   };
   for (DType wt : {DType::BF16, DType::F32}) {
     for (const Case c : {Case{37, 129, 7}, Case{37, 129, 9}, Case{64, 256, 3}, Case{64, 256, 9}, Case{21, 1536, 7},
-                         Case{70, 1024, 8}}) {
+                         Case{70, 1024, 8}, Case{19, 2100, 9}, Case{33, 300, 31}}) {
       SCOPED_TRACE(std::string(dtype_name(wt)) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
                    " T=" + std::to_string(c.T));
       Linear w;
@@ -286,6 +285,35 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul,
                          [](const auto& info) {
                            return "int" + std::to_string(info.param.bits) + "_g" + std::to_string(info.param.group);
                          });
+
+// The same for quantized weights: the factored AVX-512 kernel (qgemm_factored.h) takes every T below 32 when K is a
+// multiple of 64, the register tiles and the dequantized dense tiles the rest; a token's row must not depend on
+// how many tokens share the matmul.
+TEST(QuantMatmul, DecodeRowsEqualVerifyRowsBitForBit) {
+  Backend& be = cpu_backend();
+  struct Case {
+    int bits, group;
+    int64_t N, K, T;
+  };
+  for (const Case c : {Case{8, 64, 37, 256, 2}, Case{8, 32, 21, 192, 9}, Case{8, 64, 70, 1088, 8},
+                       Case{4, 64, 37, 256, 3}, Case{4, 32, 21, 192, 9}, Case{4, 64, 70, 1088, 8},
+                       Case{4, 32, 9, 96, 7}, Case{8, 64, 13, 128, 31}, Case{4, 32, 13, 128, 17}}) {
+    SCOPED_TRACE("int" + std::to_string(c.bits) + " g" + std::to_string(c.group) + " N=" + std::to_string(c.N) +
+                 " K=" + std::to_string(c.K) + " T=" + std::to_string(c.T));
+    QuantCase qc = random_quantized(c.N, c.K, c.bits, c.group, /*extra_rows=*/1);
+    Tensor x = random_tensor({c.T, c.K});
+    for_each_isa([&] {
+      Tensor all = Tensor::empty({c.T, c.N}, DType::F32);
+      be.matmul(x, qc.lin, all, false);
+      for (int64_t t = 0; t < c.T; t++) {
+        Tensor one = Tensor::empty({1, c.N}, DType::F32);
+        be.matmul(x.slice(0, t, t + 1), qc.lin, one, false);
+        for (int64_t n = 0; n < c.N; n++)
+          ASSERT_EQ(one.data<float>()[n], all.data<float>()[t * c.N + n]) << t << ", " << n;
+      }
+    });
+  }
+}
 
 TEST(QuantMatmul, StackedExpertSelect) {
   // [E, N, K] stacked experts: select(e) gives a view with offsets into the packed, scale and bias tensors.

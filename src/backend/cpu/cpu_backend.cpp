@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/bandwidth.h"
+#include "backend/cpu/parallel.h"
 #include "backend/cpu/simd.h"
 
 namespace vatic {
@@ -22,8 +23,12 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 // threads that just finished a region are still spinning, so the fork and join cost about a microsecond, and a
 // small model's decode (matrices of 0.1–1 M multiply-adds) only gains from a second thread this way.
 constexpr int64_t kMinParallelMatmul = int64_t{1} << 17;
+// Norms, activations and other elementwise ops: from 16 K values on (a prompt of 64 tokens at width 256), both
+// cores; below, one (an OpenMP region costs about as much as 8 K values of work).
+constexpr int64_t kMinParallelElementwise = int64_t{1} << 14;
 
 using cpu::kernels;
+using cpu::parallel_for;
 
 inline float load_scalar(const Tensor& t, const uint8_t* p) {
   switch (t.dtype()) {
@@ -239,12 +244,10 @@ class CpuBackend final : public Backend {
       cpu::QGemmArgs a;
       a.x = X;
       a.ldx = ldx;
-      thread_local std::vector<float> permuted;
-      if (w.bits == 4) {
-        permuted.resize(static_cast<size_t>(T * K));
-        cpu::permute_int4_activations(X, ldx, T, K, permuted.data());
-        a.x = permuted.data();
-        a.ldx = K;
+      thread_local std::vector<float> prepared;
+      if (const int64_t width = k.qgemm_x(X, ldx, T, K, w.bits, w.group, prepared)) {
+        a.x = prepared.data();
+        a.ldx = width;
       }
       a.T = T;
       a.q = static_cast<const uint8_t*>(w.weight.raw());
@@ -323,8 +326,7 @@ class CpuBackend final : public Backend {
     const float* wf = norm_weight(w, D);
     const float* X = x.data<float>();
     float* Y = y.data<float>();
-#pragma omp parallel for schedule(static) if (R * D > 65536)
-    for (int64_t r = 0; r < R; r++) {
+parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
       const float* xr = X + r * D;
       float* yr = Y + r * D;
       const double ss = kernels().sumsq(xr, D);  // f32 in the reference; double keeps our sum order from mattering
@@ -333,7 +335,7 @@ class CpuBackend final : public Backend {
         for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv * wf[i];
       else
         for (int64_t i = 0; i < D; i++) yr[i] = xr[i] * inv;
-    }
+    });
   }
 
   // One pass instead of the default's rms_norm, add and scale (and the temporary between them), with the same
@@ -348,8 +350,7 @@ class CpuBackend final : public Backend {
     const float* X = x.data<float>();
     const float* F = f.data<float>();
     float* Y = y.data<float>();
-#pragma omp parallel for schedule(static) if (R * D > 65536)
-    for (int64_t r = 0; r < R; r++) {
+parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
       const float* xr = X + r * D;
       const float* fr = F + r * D;
       float* yr = Y + r * D;
@@ -360,7 +361,7 @@ class CpuBackend final : public Backend {
         const float v = xr[i] + n;
         yr[i] = s != 1.0f ? v * s : v;
       }
-    }
+    });
   }
 
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) override {
@@ -408,8 +409,7 @@ class CpuBackend final : public Backend {
     // instead of one dot call and one axpy call per head and key. Same masking and softmax (f32 scores, sum of the
     // exponentials in double).
     const float ninf = -std::numeric_limits<float>::infinity();
-#pragma omp parallel if (T * Hq * S * D > kMinParallelWork)
-    {
+auto heads = [&] {
       thread_local std::vector<const float*> krows, vrows;
       thread_local std::vector<float> sc;
       thread_local std::vector<double> sums;
@@ -463,6 +463,12 @@ class CpuBackend final : public Backend {
           }
         }
       }
+    };
+    if (cpu::use_threads(T * Hq * S * D > kMinParallelWork)) {
+#pragma omp parallel
+      heads();
+    } else {
+      heads();  // the orphaned `omp for` inside runs all iterations here
     }
   }
 
@@ -648,16 +654,14 @@ class CpuBackend final : public Backend {
       }
     };
     const int64_t blocks = (n + kActBlock - 1) / kActBlock;
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t b = 0; b < blocks; b++) block(b * kActBlock);
+    parallel_for(blocks, n > kMinParallelElementwise, [&](int64_t b) { block(b * kActBlock); });
   }
   void unary(Unary op, const Tensor& a, const Tensor& y) override {
     const float* A = a.data<float>();
     float* Y = y.data<float>();
     const int64_t n = a.numel();
     if (op == Unary::GeluTanh || op == Unary::Tanh) return tanh_act(op, A, nullptr, Y, n);
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) Y[i] = act(op, A[i]);
+    parallel_for(n, n > kMinParallelElementwise, [&](int64_t i) { Y[i] = act(op, A[i]); });
   }
   void gated(Unary op, const Tensor& g, const Tensor& u, const Tensor& y) override {
     VATIC_CHECK(g.numel() == u.numel() && g.is_contiguous() && u.is_contiguous(), "gated: {} and {}", g.describe(),
@@ -667,8 +671,7 @@ class CpuBackend final : public Backend {
     float* Y = y.data<float>();
     const int64_t n = g.numel();
     if (op == Unary::GeluTanh || op == Unary::Tanh) return tanh_act(op, G, U, Y, n);
-#pragma omp parallel for schedule(static) if (n > 65536)
-    for (int64_t i = 0; i < n; i++) Y[i] = act(op, G[i]) * U[i];
+    parallel_for(n, n > kMinParallelElementwise, [&](int64_t i) { Y[i] = act(op, G[i]) * U[i]; });
   }
   void softcap(const Tensor& a, float cap, const Tensor& y) override {
     if (a.is_contiguous() && y.is_contiguous() && cap != 1.0f)

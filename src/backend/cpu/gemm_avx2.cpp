@@ -15,7 +15,7 @@ namespace {
 
 struct V {
   using vec = __m256;
-  static constexpr int W = 8, NR = 4, TR_DENSE = 2, TR_QUANT = 2;
+  static constexpr int W = 8, NR = 4, TR_DENSE = 2, TR_QUANT = 2, TR_ROW = 2;
   static constexpr int PC = 2, PT = 6;
   static vec zero() { return _mm256_setzero_ps(); }
   static vec set1(float f) { return _mm256_set1_ps(f); }
@@ -26,7 +26,21 @@ struct V {
     __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
     return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
   }
+  static vec add(vec a, vec b) { return _mm256_add_ps(a, b); }
   static vec fma(vec a, vec b, vec c) { return _mm256_fmadd_ps(a, b, c); }
+  // 2W floats -> the even ones at out, the odd ones at out + W.
+  static void deinterleave(const float* p, float* out) {
+    const __m256 a = _mm256_loadu_ps(p), b = _mm256_loadu_ps(p + 8);
+    const __m256 e = _mm256_shuffle_ps(a, b, 0x88), o = _mm256_shuffle_ps(a, b, 0xDD);  // per 128-bit half
+    _mm256_storeu_ps(out, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(e), 0xD8)));
+    _mm256_storeu_ps(out + 8, _mm256_castpd_ps(_mm256_permute4x64_pd(_mm256_castps_pd(o), 0xD8)));
+  }
+  // 2W bf16 values in one load: the even ones (low halves of the 32-bit words) and the odd ones.
+  static void load_w2(const uint16_t* p, vec& even, vec& odd) {
+    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
   static float reduce(vec v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     lo = _mm_add_ps(lo, hi);

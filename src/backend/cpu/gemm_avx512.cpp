@@ -7,6 +7,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/qgemm_factored.h"
 #include "backend/cpu/simd.h"
 
 // GCC 12 reports false "uninitialized" warnings inside its own AVX-512 reduction intrinsics.
@@ -19,7 +20,7 @@ namespace {
 
 struct V {
   using vec = __m512;
-  static constexpr int W = 16, NR = 4, TR_DENSE = 6, TR_QUANT = 4;
+  static constexpr int W = 16, NR = 4, TR_DENSE = 6, TR_QUANT = 4, TR_ROW = 4;
   static constexpr int PC = 2, PT = 12;
   static vec zero() { return _mm512_setzero_ps(); }
   static vec set1(float f) { return _mm512_set1_ps(f); }
@@ -30,7 +31,22 @@ struct V {
     __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
   }
+  static vec add(vec a, vec b) { return _mm512_add_ps(a, b); }
   static vec fma(vec a, vec b, vec c) { return _mm512_fmadd_ps(a, b, c); }
+  // 2W floats -> the even ones at out, the odd ones at out + W.
+  static void deinterleave(const float* p, float* out) {
+    const __m512 a = _mm512_loadu_ps(p), b = _mm512_loadu_ps(p + 16);
+    const __m512i ie = _mm512_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20, 22, 24, 26, 28, 30);
+    const __m512i io = _mm512_setr_epi32(1, 3, 5, 7, 9, 11, 13, 15, 17, 19, 21, 23, 25, 27, 29, 31);
+    _mm512_storeu_ps(out, _mm512_permutex2var_ps(a, ie, b));
+    _mm512_storeu_ps(out + 16, _mm512_permutex2var_ps(a, io, b));
+  }
+  // 2W bf16 values in one load: the even ones (low halves of the 32-bit words) and the odd ones.
+  static void load_w2(const uint16_t* p, vec& even, vec& odd) {
+    const __m512i d = _mm512_loadu_si512(p);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
   static float reduce(vec v) { return _mm512_reduce_add_ps(v); }
 
   // 16 × 16 in four rounds of two-source permutes: round b (8, 4, 2, 1) swaps the off-diagonal b × b blocks of
@@ -74,12 +90,28 @@ struct V {
 
 #include "backend/cpu/gemm_impl.h"
 
+// Decode and verification in the factored form (qgemm_factored.h); prefill and odd widths as on the other paths.
+void qgemm_avx512(const QGemmArgs& a, int64_t n0, int64_t n1) {
+  if (factored_layout(a.T, a.K)) return qgemm_factored_avx512(a, n0, n1);
+  qgemm(a, n0, n1);
+}
+
+int64_t qgemm_x_avx512(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group,
+                       std::vector<float>& out) {
+  if (!factored_layout(T, K)) return qgemm_x_permuted(x, ldx, T, K, bits, group, out);
+  const int64_t L = factored_width(K, group);
+  out.resize(static_cast<size_t>(T * L));
+  factored_x(x, ldx, T, K, bits, group, out.data());
+  return L;
+}
+
 }  // namespace
 
 void fill_gemm_avx512(Kernels& k) {
   k.gemm_bf16 = gemm_bf16;
   k.gemm_f32 = gemm_f32;
-  k.qgemm = qgemm;
+  k.qgemm = qgemm_avx512;
+  k.qgemm_x = qgemm_x_avx512;
 }
 
 }  // namespace vatic::cpu

@@ -12,7 +12,7 @@ namespace {
 
 struct V {
   using vec = float;
-  static constexpr int W = 1, NR = 4, TR_DENSE = 4, TR_QUANT = 4;
+  static constexpr int W = 1, NR = 4, TR_DENSE = 4, TR_QUANT = 4, TR_ROW = 4;
   static constexpr int PC = 4, PT = 4;
   static vec zero() { return 0.0f; }
   static vec set1(float f) { return f; }
@@ -25,7 +25,18 @@ struct V {
     __builtin_memcpy(&f, &u, 4);
     return f;
   }
+  static vec add(vec a, vec b) { return a + b; }
   static vec fma(vec a, vec b, vec c) { return a * b + c; }
+  // 2W floats -> the even one at out, the odd one at out + W.
+  static void deinterleave(const float* p, float* out) {
+    out[0] = p[0];
+    out[1] = p[1];
+  }
+  // 2W bf16 values: the even one and the odd one.
+  static void load_w2(const uint16_t* p, vec& even, vec& odd) {
+    even = load_w(p);
+    odd = load_w(p + 1);
+  }
   static float reduce(vec v) { return v; }
   static void transpose(vec*) {}
   static vec q8(const uint8_t* p) { return static_cast<float>(*p); }

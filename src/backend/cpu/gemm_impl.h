@@ -2,10 +2,11 @@
 // Included (inside an anonymous namespace) by gemm_generic.cpp, gemm_avx2.cpp and gemm_avx512.cpp after they
 // define `struct V` and select the target ISA. Not a normal header: no include guard on purpose.
 //
-// V provides: vec; W (lanes); NR (weight rows per tile); TR_DENSE / TR_QUANT (max tokens per tile); PC / PT
+// V provides: vec; W (lanes); NR (weight rows per tile); TR_DENSE / TR_QUANT (max tokens per tile); TR_ROW (max
+// tokens per one-row dense tile, dense_row_tile); PC / PT
 // (vectors of outputs × tokens per prefill panel tile);
 // zero(), set1(f), loadx(const float*), load_w(const uint16_t*) (bf16 -> f32), load_w(const float*),
-// fma(a, b, c) = a·b + c, reduce(v) (sum of lanes), transpose(v[W]) (a W × W block: lane i of v[j] <-> lane j of v[i]), q8(p) (W bytes -> W floats), q4lo(p) / q4hi(p) (low / high
+// add(a, b), fma(a, b, c) = a·b + c, load_w2(p, even, odd) (2W bf16 -> the even and the odd ones), deinterleave(p, out) (the same for 2W floats), reduce(v) (sum of lanes), transpose(v[W]) (a W × W block: lane i of v[j] <-> lane j of v[i]), q8(p) (W bytes -> W floats), q4lo(p) / q4hi(p) (low / high
 // nibbles of W bytes -> W floats); LUT4 (W == 16 only): lut4(s, b) (the 16 values fma(q, s, b), q = 0..15, in
 // one vector) and q4lo_lut(p, lut) / q4hi_lut(p, lut) (W weights looked up by their low / high nibbles).
 //
@@ -216,45 +217,129 @@ void panel_gemm(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t KB, f
   }
 }
 
+// NR weight rows × TR tokens (gemm_dense uses NR = 1: two interleaved rows slowed the DRAM stream of a decode pass
+// by 10-40 %), for dense decode, verification and short prompts (T < kPanelMinT). Four accumulators
+// per token (vector v of the row goes to accumulator v % 4; they meet as (a0 + a1) + (a2 + a3) before the horizontal
+// sum): a row of 256 inputs is then four FMA chains of 4 instead of one of 16, which the FMA latency bounded (a
+// 768 × 256 bf16 matrix from L2 took 3.4 cycles per vector of 16 weights). The row is read once per token tile, in
+// memory order. Each token's sum depends only on the row and the token, so any T < kPanelMinT gives a decode
+// step's sums bit for bit.
+template <int NR, int TR, class WT>
+inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t K, float* y, int64_t ldy,
+                           bool acc) {
+  constexpr int A = 4;
+  typename V::vec a[NR][TR][A];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int t = 0; t < TR; t++)
+#pragma GCC unroll 4
+      for (int i = 0; i < A; i++) a[r][t][i] = V::zero();
+  int64_t k = 0;
+  if constexpr (std::is_same_v<WT, uint16_t>) {
+    // bf16: x is in pair order (pair_order_x); each load of 2W weights gives the even and the odd ones.
+    auto step = [&](int64_t kk, int i) {
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; r++) {
+        typename V::vec we, wo;
+        V::load_w2(w + r * ldw + kk, we, wo);
+#pragma GCC unroll 8
+        for (int t = 0; t < TR; t++) {
+          a[r][t][i] = V::fma(we, V::loadx(x + t * ldx + kk), a[r][t][i]);
+          a[r][t][i + 1] = V::fma(wo, V::loadx(x + t * ldx + kk + V::W), a[r][t][i + 1]);
+        }
+      }
+    };
+    for (; k + 4 * V::W <= K; k += 4 * V::W) {
+      step(k, 0);
+      step(k + 2 * V::W, 2);
+    }
+    if (k + 2 * V::W <= K) {
+      step(k, 0);
+      k += 2 * V::W;
+    }
+  } else {
+    auto step = [&](int64_t kk, int i) {
+#pragma GCC unroll 4
+      for (int r = 0; r < NR; r++) {
+        const typename V::vec wv = V::load_w(w + r * ldw + kk);
+#pragma GCC unroll 8
+        for (int t = 0; t < TR; t++) a[r][t][i] = V::fma(wv, V::loadx(x + t * ldx + kk), a[r][t][i]);
+      }
+    };
+    for (; k + A * V::W <= K; k += A * V::W)
+#pragma GCC unroll 4
+      for (int i = 0; i < A; i++) step(k + i * V::W, i);
+    for (int i = 0; k + V::W <= K; k += V::W, i++) step(k, i);
+  }
+  float s[NR][TR];
+#pragma GCC unroll 4
+  for (int r = 0; r < NR; r++)
+#pragma GCC unroll 8
+    for (int t = 0; t < TR; t++)
+      s[r][t] = V::reduce(V::add(V::add(a[r][t][0], a[r][t][1]), V::add(a[r][t][2], a[r][t][3])));
+  for (; k < K; k++)
+    for (int r = 0; r < NR; r++) {
+      const float wk = wval(w[r * ldw + k]);
+      for (int t = 0; t < TR; t++) s[r][t] += x[t * ldx + k] * wk;
+    }
+  for (int t = 0; t < TR; t++)
+    for (int r = 0; r < NR; r++) {
+      float& o = y[t * ldy + r];
+      o = acc ? o + s[r][t] : s[r][t];
+    }
+}
+
+// x [T, K] (row stride ldx) -> out [T, K] in the order dense_row_tile reads against bf16 rows: within each chunk
+// of 2W inputs the even ones, then the odd ones (how a load of 2W bf16 splits into two vectors); the last K % 2W
+// inputs as they are.
+inline void pair_order_x(const float* x, int64_t ldx, int64_t T, int64_t K, float* out) {
+  constexpr int64_t C = 2 * V::W;
+  for (int64_t t = 0; t < T; t++) {
+    const float* xr = x + t * ldx;
+    float* o = out + t * K;
+    int64_t c = 0;
+    for (; c + C <= K; c += C) V::deinterleave(xr + c, o + c);
+    for (; c < K; c++) o[c] = xr[c];
+  }
+}
+
+template <int NR, class WT, int TR = V::TR_ROW>
+inline void dense_row_tiles(int64_t tr, const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t K, float* y,
+                            int64_t ldy, bool acc) {
+  if constexpr (TR > 1)
+    if (tr < TR) return dense_row_tiles<NR, WT, TR - 1>(tr, x, ldx, w, ldw, K, y, ldy, acc);
+  dense_row_tile<NR, TR>(x, ldx, w, ldw, K, y, ldy, acc);
+}
+
 template <class WT>
 void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
+  const WT* W = static_cast<const WT*>(a.w);
   if (a.T >= kPanelMinT && a.K > 0) {
-    const WT* W = static_cast<const WT*>(a.w);
     return panel_gemm(a.x, a.ldx, a.T, a.K, kPanelK, a.y, a.ldy, a.accumulate, n0, n1,
                       [&](int64_t n, int64_t ncols, int64_t k0, int64_t k1, float* p) {
                         pack_panel(W + n * a.ldw + k0, a.ldw, ncols, k1 - k0, p);
                       });
   }
-  const WT* W = static_cast<const WT*>(a.w);
-  const int64_t KB = a.T >= 8 ? kInputBlock : (a.K > 0 ? a.K : 1);
-  for (int64_t t0 = 0; t0 < a.T; t0 += kTokenBlock) {
-    const int64_t t1 = std::min(a.T, t0 + kTokenBlock);
-    for (int64_t k0 = 0; k0 < std::max<int64_t>(a.K, 1); k0 += KB) {
-      const int64_t k1 = std::min(a.K, k0 + KB);
-      const bool acc = a.accumulate || k0 > 0;
-      int64_t n = n0;
-      // Decode and short verification (T < 8) read the rows one at a time, in memory order: a dense weight matrix
-      // of a decode step is usually read from DRAM (the demo model's 23 MB of bf16 do not stay in a shared L3),
-      // and one sequential stream keeps the hardware prefetchers ahead where NR interleaved 0.5–3 KB rows do not
-      // (demo decode pass: 1.1–1.5 ms instead of 1.8–2.4). Each row's sum is the same as in an NR-row tile, bit
-      // for bit, so decode still equals a verification's row for the same token.
-      const bool by_row = a.T < 8;
-      if (by_row) n = n1;
-      for (; n + V::NR <= n1; n += V::NR)
-        for (int64_t t = t0; t < t1;) {
-          const int64_t tr = token_tile(t1 - t, V::TR_DENSE);
-          dense_tiles<V::NR>(tr, a.x + t * a.ldx, a.ldx, W + n * a.ldw, a.ldw, k0, k1, a.y + t * a.ldy + n, a.ldy,
-                             acc);
-          t += tr;
-        }
-      for (n = by_row ? n0 : n; n < n1; n++)
-        for (int64_t t = t0; t < t1;) {
-          const int64_t tr = token_tile(t1 - t, V::TR_DENSE);
-          dense_tiles<1>(tr, a.x + t * a.ldx, a.ldx, W + n * a.ldw, a.ldw, k0, k1, a.y + t * a.ldy + n, a.ldy, acc);
-          t += tr;
-        }
-    }
+  // Decode, verification and short prompts read the rows one at a time, in memory order: a dense weight matrix of a
+  // decode step is usually read from DRAM (the demo model's 23 MB of bf16 do not stay in a shared L3), and one
+  // sequential stream keeps the hardware prefetchers ahead where several interleaved 0.5–3 KB rows do not.
+  const float* x = a.x;
+  int64_t ldx = a.ldx;
+  if constexpr (std::is_same_v<WT, uint16_t>) {
+    thread_local std::vector<float> paired;
+    paired.resize(static_cast<size_t>(a.T * a.K));
+    pair_order_x(a.x, a.ldx, a.T, a.K, paired.data());
+    x = paired.data();
+    ldx = a.K;
   }
+  for (int64_t n = n0; n < n1; n++)
+    for (int64_t t = 0; t < a.T;) {
+      const int64_t tr = token_tile(a.T - t, V::TR_ROW);
+      dense_row_tiles<1, WT>(tr, x + t * ldx, ldx, W + n * a.ldw, a.ldw, a.K, a.y + t * a.ldy + n, a.ldy,
+                             a.accumulate);
+      t += tr;
+    }
 }
 
 // n bf16 values -> f32 (exact); whole vectors when n == kScaleBlock, one at a time otherwise (never reads past
@@ -449,8 +534,10 @@ void qgemm_dequant_dense(const cpu::QGemmArgs& a, int64_t n0, int64_t n1) {
 template <int BITS>
 void qgemm_bits(const cpu::QGemmArgs& a, int64_t n0, int64_t n1) {
   if (a.T >= kPanelMinT && a.K > 0) return qgemm_prefill<BITS>(a, n0, n1);
-  if (a.T >= 8 && a.K > 0) return qgemm_dequant_dense<BITS>(a, n0, n1);
-  const int64_t KB = a.T >= 8 ? (kInputBlock / a.group) * a.group : a.K;
+  // The dequantized buffer holds one input block: longer rows take the register tiles, whole rows at once, so that a
+  // verification's rows equal decode's bit for bit at any K.
+  if (a.T >= 8 && a.K > 0 && a.K <= kInputBlock) return qgemm_dequant_dense<BITS>(a, n0, n1);
+  const int64_t KB = a.K;
   for (int64_t t0 = 0; t0 < a.T; t0 += kTokenBlock) {
     const int64_t t1 = std::min(a.T, t0 + kTokenBlock);
     for (int64_t k0 = 0; k0 < a.K; k0 += KB) {

@@ -71,6 +71,9 @@ struct Kernels {
                    float* out, int64_t ldo);
   void (*axpy_rows)(const float* p, int64_t ldp, int64_t nq, const float* const* rows, int64_t n, int64_t d,
                     float* out, int64_t ldo);
+  // A quantized matmul's activations in the layout qgemm reads: writes T rows to `out` and returns their width, or
+  // returns 0 when qgemm reads x as it is. qgemm's a.x / a.ldx are then out / that width.
+  int64_t (*qgemm_x)(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group, std::vector<float>& out);
 };
 
 const Kernels& kernels();
@@ -82,6 +85,9 @@ bool set_isa(const std::string& name);
 
 // x [T, K] (row stride ldx) -> out [T, K] contiguous, each 32-input chunk reordered to (even inputs, odd inputs).
 void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out);
+// qgemm_x of the generic and AVX2 kernels (and AVX-512 prefill): int4 activations permuted, int8 read as they are.
+int64_t qgemm_x_permuted(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group,
+                         std::vector<float>& out);
 
 // Per-ISA tables (simd.cpp, gemm_*.cpp).
 void fill_gemm_generic(Kernels& k);

@@ -326,7 +326,7 @@ class CpuBackend final : public Backend {
     const float* wf = norm_weight(w, D);
     const float* X = x.data<float>();
     float* Y = y.data<float>();
-parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
+    parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
       const float* xr = X + r * D;
       float* yr = Y + r * D;
       const double ss = kernels().sumsq(xr, D);  // f32 in the reference; double keeps our sum order from mattering
@@ -350,7 +350,7 @@ parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
     const float* X = x.data<float>();
     const float* F = f.data<float>();
     float* Y = y.data<float>();
-parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
+    parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
       const float* xr = X + r * D;
       const float* fr = F + r * D;
       float* yr = Y + r * D;
@@ -409,7 +409,7 @@ parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
     // instead of one dot call and one axpy call per head and key. Same masking and softmax (f32 scores, sum of the
     // exponentials in double).
     const float ninf = -std::numeric_limits<float>::infinity();
-auto heads = [&] {
+    auto heads = [&] {
       thread_local std::vector<const float*> krows, vrows;
       thread_local std::vector<float> sc;
       thread_local std::vector<double> sums;

@@ -31,6 +31,23 @@ constexpr int64_t kTokenBlock = 64;
 
 constexpr int64_t kInputBlock = 1024;  // a multiple of every group size and of every W
 
+// The end of a tile: inputs [k, k_end) that fill no vector added one by one to the row sums s, then the sums
+// written (or added) to y.
+template <int NR, int TR, class WT>
+inline void finish_tile(float (&s)[NR][TR], const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t k,
+                        int64_t k_end, float* y, int64_t ldy, bool acc) {
+  for (; k < k_end; k++)
+    for (int r = 0; r < NR; r++) {
+      const float wk = wval(w[r * ldw + k]);
+      for (int t = 0; t < TR; t++) s[r][t] += x[t * ldx + k] * wk;
+    }
+  for (int t = 0; t < TR; t++)
+    for (int r = 0; r < NR; r++) {
+      float& o = y[t * ldy + r];
+      o = acc ? o + s[r][t] : s[r][t];
+    }
+}
+
 template <int NR, int TR, class WT>
 inline void dense_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t k0, int64_t k1, float* y,
                        int64_t ldy, bool acc) {
@@ -64,16 +81,7 @@ inline void dense_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw, in
   for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
     for (int t = 0; t < TR; t++) s[r][t] = V::reduce(a[r][t]);
-  for (; k < k1; k++)
-    for (int r = 0; r < NR; r++) {
-      const float wk = wval(w[r * ldw + k]);
-      for (int t = 0; t < TR; t++) s[r][t] += x[t * ldx + k] * wk;
-    }
-  for (int t = 0; t < TR; t++)
-    for (int r = 0; r < NR; r++) {
-      float& o = y[t * ldy + r];
-      o = acc ? o + s[r][t] : s[r][t];
-    }
+  finish_tile<NR, TR>(s, x, ldx, w, ldw, k, k1, y, ldy, acc);
 }
 
 template <int NR, class WT>
@@ -278,16 +286,7 @@ inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw
 #pragma GCC unroll 8
     for (int t = 0; t < TR; t++)
       s[r][t] = V::reduce(V::add(V::add(a[r][t][0], a[r][t][1]), V::add(a[r][t][2], a[r][t][3])));
-  for (; k < K; k++)
-    for (int r = 0; r < NR; r++) {
-      const float wk = wval(w[r * ldw + k]);
-      for (int t = 0; t < TR; t++) s[r][t] += x[t * ldx + k] * wk;
-    }
-  for (int t = 0; t < TR; t++)
-    for (int r = 0; r < NR; r++) {
-      float& o = y[t * ldy + r];
-      o = acc ? o + s[r][t] : s[r][t];
-    }
+  finish_tile<NR, TR>(s, x, ldx, w, ldw, k, K, y, ldy, acc);
 }
 
 // x [T, K] (row stride ldx) -> out [T, K] in the order dense_row_tile reads against bf16 rows: within each chunk

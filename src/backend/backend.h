@@ -38,6 +38,14 @@ struct RouteParams {
   int groups = 1, groups_kept = 1;
 };
 
+// One input of Backend::rms_norm_rope_many: y = rms_norm(x)·(w or 1), rotated when `rope`.
+struct NormRope {
+  const Tensor* x;
+  const Tensor* w;
+  bool rope;
+  const Tensor* y;
+};
+
 struct AttentionParams {
   float scale = 1.0f;
   int window = 0;  // > 0: a query at position p sees keys k with p - window < k <= p
@@ -136,6 +144,17 @@ class Backend {
                              const Tensor& inv_freq, bool interleaved, const Tensor& y) {
     rms_norm(x, w, eps, y);
     rope(y, positions, inv_freq, interleaved);
+  }
+  // rms_norm_rope (or, without `rope`, rms_norm) of several [T, H, D] tensors with one T and D (a layer's queries,
+  // keys and values): one op so that an accelerator runs them in one launch. The default runs them in turn.
+  virtual void rms_norm_rope_many(const std::vector<NormRope>& parts, float eps, const Tensor& positions,
+                                  const Tensor& inv_freq, bool interleaved) {
+    for (const NormRope& p : parts) {
+      if (p.rope)
+        rms_norm_rope(*p.x, p.w, eps, positions, inv_freq, interleaved, *p.y);
+      else
+        rms_norm(*p.x, p.w, eps, *p.y);
+    }
   }
   // y[T, N] = act(x · gateᵀ) ⊙ (x · upᵀ), a gated MLP's first half (gate and up of one shape), or with `up` null
   // y = act(x · gateᵀ) ⊙ m for a given m [T, N] (contiguous F32). One op so that an accelerator reads both weights

@@ -130,6 +130,15 @@ void print_bandwidth(const MemoryBandwidth& bw, Device dev) {
               bw.bytes >> 20, bw.read_gbs, bw.matvec_gbs, bw.copy_gbs);
 }
 // The greedy choice from a logits row, taken where the logits are (as the generator does for greedy decoding).
+// Device time by operation, the largest first, with each one's share.
+void print_profile(std::vector<std::pair<std::string, double>> prof) {
+  std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
+  double total = 0;
+  for (const auto& [name, secs] : prof) total += secs;
+  for (const auto& [name, secs] : prof)
+    std::printf("  %-24s %8.3f ms %5.1f%%\n", name.c_str(), 1e3 * secs, 100 * secs / total);
+}
+
 int32_t best_token(const Tensor& logits) {
   Tensor values, ids;
   ops::topk(logits, 1, &values, &ids);
@@ -230,11 +239,10 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
     best_token(d.logits);
     be.set_profiling(false);
     auto prof = be.take_profile();
-    std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
     double total = 0;
     for (const auto& [name, secs] : prof) total += secs;
     std::printf("one decode step by operation (device time: %.2f ms in all):\n", 1e3 * total);
-    for (const auto& [name, secs] : prof) std::printf("  %-24s %8.3f ms %5.1f%%\n", name.c_str(), 1e3 * secs, 100 * secs / total);
+    print_profile(prof);
   }
 
   // One-token step and verify forwards over K+1 tokens, each from the same prefilled state.
@@ -290,9 +298,31 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
       drafter->rewind(P);
       return t;
     });
+    // Greedy drafting chained where the drafter runs (the speculative rounds of greedy decoding take this path).
+    double t_chain7 = best_of(std::max(o.reps, 3), [&] {
+      auto t0 = Clock::now();
+      drafter->draft_greedy(*st, first, r.hidden, 7);
+      const double t = seconds_since(t0) / 7;
+      drafter->rewind(P);
+      return t;
+    });
     std::printf("drafter step (%s): %.3f ms (1 step), %.3f ms/step over 4; %.1f MB read/step; "
                 "ratio to a target step %.3f\n",
                 drafter->name().c_str(), 1e3 * t_draft1, 1e3 * t_draft4, dbytes / 1e6, t_draft1 / t1);
+    std::printf("drafter step, greedy chain of 7: %.3f ms/step; ratio to a target step %.3f\n", 1e3 * t_chain7,
+                t_chain7 / t1);
+    if (!dev.is_cpu() && !graphs_enabled(dev)) {  // op by op only without graphs (VATIC_GRAPHS=0)
+      Backend& be = backend_for(dev);
+      be.set_profiling(true);
+      drafter->draft_greedy(*st, first, r.hidden, 1);
+      be.set_profiling(false);
+      drafter->rewind(P);
+      auto prof = be.take_profile();
+      double total = 0;
+      for (const auto& [name, secs] : prof) total += secs;
+      std::printf("one drafter step by operation (device time: %.3f ms in all):\n", 1e3 * total);
+      print_profile(prof);
+    }
 
     // Random weights are never accepted, so speculation's speed at a given acceptance is measured by forcing it:
     // real rounds (K draft steps, one verification over K+1 tokens, cache rewind) that keep n drafts, i.e. emit
@@ -311,10 +341,8 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
           for (int i = 0; i < rounds; i++) {
             const int64_t base = st->length();
             std::vector<int32_t> verify = {tok};
-            drafter->draft(*st, tok, hidden, K, [&](const Tensor& logits) {
-              verify.push_back(best_token(logits));
-              return verify.back();
-            });
+            const std::vector<int32_t> chain = drafter->draft_greedy(*st, tok, hidden, K);
+            verify.insert(verify.end(), chain.begin(), chain.end());
             ForwardResult vr = lm->forward(*st, verify, K + 1);
             const int32_t bonus = best_token(vr.logits.slice(0, n, n + 1));
             st->rewind(base + 1 + n);

@@ -216,24 +216,23 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     const int64_t base = state.length();
     std::vector<int32_t> chain;
     std::vector<RowDistribution> q;
-    drafter_->draft(state, next, hidden, k, [&](const Tensor& dl) {
-      if (argmax_only) {
-        const int32_t t = argmax_rows(dl)[0];
+    if (argmax_only) {  // the drafts chained where the drafter runs, their ids brought back together
+      chain = drafter_->draft_greedy(state, next, hidden, k);
+      for (int32_t t : chain) q.push_back(RowDistribution{Distribution{{t}, {1.0f}}, {}, 0, {}});
+    } else {
+      drafter_->draft(state, next, hidden, k, [&](const Tensor& dl) {
+        std::vector<int32_t> hist(chain.begin(), chain.end());
+        hist.insert(hist.begin(), next);
+        // Drafts come from the allowed tokens too, so a draft never leaves the grammar; the same mask is the
+        // verification mask of this position.
+        RowDistribution d = rows.row_distribution(dl, 0, hist, mask_at(chain.size()));
+        int32_t t = sampler.options().greedy() ? d.dist.ids[0] : rows.sample(d);
+        advance(t);
         chain.push_back(t);
-        q.push_back(RowDistribution{Distribution{{t}, {1.0f}}, {}, 0, {}});
+        q.push_back(std::move(d));
         return t;
-      }
-      std::vector<int32_t> hist(chain.begin(), chain.end());
-      hist.insert(hist.begin(), next);
-      // Drafts come from the allowed tokens too, so a draft never leaves the grammar; the same mask is the
-      // verification mask of this position.
-      RowDistribution d = rows.row_distribution(dl, 0, hist, mask_at(chain.size()));
-      int32_t t = sampler.options().greedy() ? d.dist.ids[0] : rows.sample(d);
-      advance(t);
-      chain.push_back(t);
-      q.push_back(std::move(d));
-      return t;
-    });
+      });
+    }
     // Verify [next, d1..dk] in one target forward.
     std::vector<int32_t> verify = {next};
     verify.insert(verify.end(), chain.begin(), chain.end());

@@ -128,8 +128,10 @@ Tensor attention(const AttentionWeights& w, const AttentionShape& s, const Tenso
   Tensor k = p[1].reshape({T, s.kv_heads, s.head_dim});
   Tensor v = p[2].reshape({T, s.kv_heads, s.head_dim});
   if (s.qk_norm) {
-    q = ops::rms_norm_rope(q, w.q_norm, s.eps, positions, w.inv_freq, false);
-    k = ops::rms_norm_rope(k, w.k_norm, s.eps, positions, w.inv_freq, false);
+    std::vector<Tensor> n =
+        ops::rms_norm_rope_many({{q, w.q_norm, true}, {k, w.k_norm, true}}, s.eps, positions, w.inv_freq, false);
+    q = n[0];
+    k = n[1];
   } else {
     ops::rope_inplace(q, positions, w.inv_freq, false);
     ops::rope_inplace(k, positions, w.inv_freq, false);

@@ -73,6 +73,11 @@ class Drafter {
   virtual std::vector<Tensor> draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,
                                     int steps, const std::function<int32_t(const Tensor& logits)>& choose) = 0;
   virtual std::string name() const = 0;
+  // Greedy drafting: `steps` tokens, each the argmax of its step's logits (as ops::topk with k = 1 picks it) fed to
+  // the next step. Drafters that can chain the steps on the device (each argmax feeding the next step there, the ids
+  // brought back together at the end) do; the default runs draft() and brings each argmax back on its own.
+  virtual std::vector<int32_t> draft_greedy(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,
+                                            int steps);
 
   // Drafters that keep state of their own (GLM's MTP layer has a KV cache) follow the target through these;
   // the Gemma 4 assistant reads the target's caches and needs none of them.

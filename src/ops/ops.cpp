@@ -142,6 +142,26 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& w, float eps, const Tensor& 
       .rms_norm_rope(contiguous(x), w.defined() ? &w : nullptr, eps, positions, inv_freq, interleaved, y);
   return y;
 }
+std::vector<Tensor> rms_norm_rope_many(const std::vector<NormRopeInput>& in, float eps, const Tensor& positions,
+                                       const Tensor& inv_freq, bool interleaved) {
+  VATIC_CHECK(!in.empty(), "rms_norm_rope_many of nothing");
+  std::vector<Tensor> xs, ys;
+  std::vector<NormRope> parts;
+  for (const NormRopeInput& i : in) {
+    VATIC_CHECK(i.x.ndim() == 3 && i.x.dim(0) == in[0].x.dim(0) && i.x.dim(2) == in[0].x.dim(2),
+                "rms_norm_rope_many expects [T, H, D] of one T and D, got {} and {}", in[0].x.describe(),
+                i.x.describe());
+    VATIC_CHECK(i.x.device() == in[0].x.device() && (!i.w.defined() || i.w.device() == in[0].x.device()),
+                "rms_norm_rope_many: inputs on different devices ({} and {})", in[0].x.describe(), i.x.describe());
+    xs.push_back(contiguous(i.x));
+    ys.push_back(empty_like(i.x, i.x.shape()));
+  }
+  for (size_t j = 0; j < in.size(); j++)
+    parts.push_back(NormRope{&xs[j], in[j].w.defined() ? &in[j].w : nullptr, in[j].rope, &ys[j]});
+  backend_of_all("rms_norm_rope_many", in[0].x, positions, inv_freq)
+      .rms_norm_rope_many(parts, eps, positions, inv_freq, interleaved);
+  return ys;
+}
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p) {
   Tensor out = empty_like(q, {q.dim(0), q.dim(1), v.dim(2)});

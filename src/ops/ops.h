@@ -43,6 +43,13 @@ void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_fr
 // rope(rms_norm(x, w)) for x [T, H, D] (neox or interleaved pairs, as rope_inplace).
 Tensor rms_norm_rope(const Tensor& x, const Tensor& w, float eps, const Tensor& positions, const Tensor& inv_freq,
                      bool interleaved);
+// rms_norm_rope (rope false: rms_norm) of several [T, H, D] tensors of one T and D in one op (w may be undefined).
+struct NormRopeInput {
+  Tensor x, w;
+  bool rope;
+};
+std::vector<Tensor> rms_norm_rope_many(const std::vector<NormRopeInput>& in, float eps, const Tensor& positions,
+                                       const Tensor& inv_freq, bool interleaved);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p);
 Tensor add(const Tensor& a, const Tensor& b);

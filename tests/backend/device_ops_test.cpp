@@ -334,8 +334,8 @@ TEST(DeviceOps, NormsRopeElementwise) {
       check2("gated", [&](Backend& k, const Tensor& x, const Tensor& y, bool d) { k.gated(op, x, d ? on(dev, b2) : b2, y); });
     }
     // Top-k with ties (lower index first) over rows as wide as a vocabulary.
-    for (int64_t N : {5, 130, 20000, 262144})
-      for (int k : {1, static_cast<int>(std::min<int64_t>(N, 8))}) {
+    for (int64_t N : {5, 128, 130, 2048, 4096, 4097, 20000, 262144})
+      for (int k : {1, static_cast<int>(std::min<int64_t>(N, 8)), static_cast<int>(std::min<int64_t>(N, 32))}) {
       Tensor t = random_host({3, N});
       for (int64_t i = 0; i < N; i += 3) t.data<float>()[i] = 0.25f;  // many ties
       // The largest value twice in one row, far apart (the lower index wins), and at the last column of another.
@@ -444,6 +444,40 @@ TEST(DeviceOps, FusedNormsAndGatedMatmul) {
           for (size_t i = 0; i < count; i++) expect_close(got[i], want[i], 2e-5, fmt::format("output {}", i));
         }
       }
+    // A layer's queries (8 heads), keys (2) and weight-less values (2) in one op: each as its own op computes it
+    // on this device, bit for bit. Its inputs come from a copy of the generator, so that the other checks' inputs
+    // stay what they were.
+    const std::mt19937 kept = rng();
+    for (int64_t D : {64, 256, 512})
+      for (bool interleaved : {false, true}) {
+        Tensor w = random_host({D});
+        Tensor pos = Tensor::from_ints({0, 9, 4095, 32000}, {4});
+        const int64_t n = D / 2 - (D == 512 ? 64 : 0);
+        std::vector<float> fr(n);
+        for (int64_t i = 0; i < n; i++) fr[i] = std::pow(10000.0f, -2.0f * i / D);
+        Tensor inv = Tensor::from_floats(fr, {n});
+        Tensor dw = on(dev, w);
+        Tensor k = random_host({4, 2, D}), v = random_host({4, 2, D}), wk = random_host({D});
+        Tensor dk = on(dev, k), dv = on(dev, v), dwk = on(dev, wk), dpos = on(dev, pos), dinv = on(dev, inv);
+        Tensor q8 = on(dev, random_host({4, 8, D}));
+        Tensor yq = be.empty(q8.shape(), DType::F32), yk = be.empty(k.shape(), DType::F32),
+               yv = be.empty(v.shape(), DType::F32);
+        be.rms_norm_rope_many({{&q8, &dw, true, &yq}, {&dk, &dwk, true, &yk}, {&dv, nullptr, false, &yv}}, 1e-6f, dpos,
+                              dinv, interleaved);
+        Tensor wq = be.empty(q8.shape(), DType::F32), wkk = be.empty(k.shape(), DType::F32),
+               wv = be.empty(v.shape(), DType::F32);
+        be.rms_norm_rope(q8, &dw, 1e-6f, dpos, dinv, interleaved, wq);
+        be.rms_norm_rope(dk, &dwk, 1e-6f, dpos, dinv, interleaved, wkk);
+        be.rms_norm(dv, nullptr, 1e-6f, wv);
+        expect_close(yq, wq, 0, "rms_norm_rope_many queries");
+        expect_close(yk, wkk, 0, "rms_norm_rope_many keys");
+        expect_close(yv, wv, 0, "rms_norm_rope_many values");
+        // ... and as the CPU computes them.
+        Tensor cv = Tensor::empty(v.shape(), DType::F32);
+        cpu.rms_norm(v, nullptr, 1e-6f, cv);
+        expect_close(yv, cv, 2e-6, "rms_norm_rope_many values against the CPU");
+      }
+    rng() = kept;
   });
 }
 

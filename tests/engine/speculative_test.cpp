@@ -1,5 +1,6 @@
-// Speculative decoding with the Gemma 4 assistant drafters against the transformers fixtures: drafter rounds,
-// first-round draft logits, and exact equality of speculative and plain greedy output at every depth.
+// Speculative decoding with the Gemma 4 assistant drafters against the transformers fixtures: drafter rounds
+// (drafted step by step and chained), first-round draft logits, and exact equality of speculative and plain greedy
+// output at every depth.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -64,6 +65,11 @@ TEST_P(AssistantFixture, DrafterRoundsMatchReference) {
       std::vector<int32_t> ctx(seq.begin(), seq.begin() + L - 1);
       auto drafts = greedy_drafts(p, ctx, seq[L - 1], 4);
       EXPECT_EQ(drafts, ints(round["drafts"])) << "case " << c << " context_len " << L;
+      // The same drafts chained where the drafter runs (on a GPU: one device graph, argmax to next step there).
+      auto st = p.target->new_state();
+      ForwardResult r = p.target->forward(*st, ctx, 1);
+      EXPECT_EQ(p.drafter->draft_greedy(*st, seq[L - 1], r.hidden, 4), ints(round["drafts"]))
+          << "chained, case " << c << " context_len " << L;
       checked++;
     }
   }

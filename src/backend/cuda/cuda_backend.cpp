@@ -523,6 +523,40 @@ class CudaBackend final : public Backend {
     check_launch("rms_norm_rope");
   }
 
+  void rms_norm_rope_many(const std::vector<NormRope>& parts, float eps, const Tensor& positions,
+                          const Tensor& inv_freq, bool interleaved) override {
+    const Tensor& x0 = *parts.front().x;
+    bool fused = parts.size() <= 3 && x0.ndim() == 3 && x0.dim(2) <= cuda::kMaxNormRopeD &&
+                 2 * inv_freq.numel() <= x0.dim(2) && positions.dtype() == DType::I32 &&
+                 positions.is_contiguous() && positions.numel() == x0.dim(0) && inv_freq.dtype() == DType::F32 &&
+                 inv_freq.is_contiguous();
+    for (const NormRope& p : parts)
+      fused = fused && p.x->ndim() == 3 && p.x->dim(0) == x0.dim(0) && p.x->dim(2) == x0.dim(2) &&
+              p.x->is_contiguous() && p.y->is_contiguous() && p.x->dtype() == DType::F32 &&
+              p.y->dtype() == DType::F32 && p.y->numel() == p.x->numel();
+    if (!fused) return Backend::rms_norm_rope_many(parts, eps, positions, inv_freq, interleaved);
+    Timed timed_(*this, "rms_norm_rope_many");
+    bind();
+    cuda::NormRopeJob j{};
+    j.count = static_cast<int>(parts.size());
+    j.T = x0.dim(0);
+    j.D = x0.dim(2);
+    j.eps = eps;
+    Tensor wf[3];
+    for (int g = 0; g < j.count; g++) {
+      const NormRope& p = parts[static_cast<size_t>(g)];
+      wf[g] = norm_weight(p.w, j.D, "rms_norm");
+      j.x[g] = p.x->data<float>();
+      j.w[g] = p.w ? wf[g].data<float>() : nullptr;
+      j.y[g] = p.y->data<float>();
+      j.H[g] = p.x->dim(1);
+      j.rope[g] = p.rope;
+    }
+    cuda::rms_norm_rope_many(j, positions.data<int32_t>(), inv_freq.data<float>(), inv_freq.numel(), interleaved,
+                             stream_);
+    check_launch("rms_norm_rope_many");
+  }
+
   void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) override {
     VATIC_CHECK(ws.size() == ys.size(), "matmul_many: {} matrices, {} outputs", ws.size(), ys.size());
     const int64_t T = x.ndim() == 2 ? x.dim(0) : 0;
@@ -682,7 +716,7 @@ class CudaBackend final : public Backend {
     const int64_t N = a.dim(-1), R = a.numel() / std::max<int64_t>(N, 1);
     VATIC_CHECK(k > 0 && k <= N, "topk: k={} for rows of {}", k, N);
     bind();
-    if (k > 16 && k <= cuda::kMaxChunkedTopk && N > k) {
+    if (k > 16 && k <= cuda::kMaxChunkedTopk && N > k && N > cuda::kRankTopkMax) {
       // The sampler's candidates: k sequential passes over a vocabulary would cost k row reads.
       const int64_t n = 2 * cuda::topk_chunked_scratch(R, N, k);
       Tensor sv = empty({n}, DType::F32), si = empty({n}, DType::I32);

@@ -708,13 +708,11 @@ __global__ void split_bf16x3_kernel(const float* x, int64_t ldx, int64_t T, int6
   const int64_t n = T * K;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const float v = x[(i / K) * ldx + i % K];
-    const __nv_bfloat16 h = __float2bfloat16_rn(v);
-    const float r = v - __bfloat162float(h);
-    const __nv_bfloat16 m = __float2bfloat16_rn(r);
-    out[i] = h;
-    out[n + i] = m;
-    out[2 * n + i] = __float2bfloat16_rn(r - __bfloat162float(m));
+    uint32_t h, m, l;  // the value's parts in the low halves (the pair's second value is 0)
+    split_bf16x3(x[(i / K) * ldx + i % K], 0.0f, h, m, l);
+    out[i] = __ushort_as_bfloat16(static_cast<unsigned short>(h));
+    out[n + i] = __ushort_as_bfloat16(static_cast<unsigned short>(m));
+    out[2 * n + i] = __ushort_as_bfloat16(static_cast<unsigned short>(l));
   }
 }
 
@@ -823,26 +821,37 @@ __global__ void add_rms_norm_kernel(const float* x, const float* f, const float*
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) nr[i] = w2 ? yr[i] * inv2 * w2[i] : yr[i] * inv2;
 }
 
-// rms_norm_kernel over one head row [D] of x [T, H, D], then rope_kernel's rotation of its pairs, in one block; the
-// row waits in shared memory (D floats) between the two.
-__global__ void rms_norm_rope_kernel(const float* x, const float* w, int64_t H, int64_t D, float eps,
-                                     const int32_t* pos, const float* f, int64_t n, bool interleaved, float* y) {
+// rms_norm_kernel over one head row [D] of x [T, H, D], then rope_kernel's rotation of its pairs, in one block (the
+// row waits in shared memory, D floats, between the two); for up to three tensors of one T and D, a block per
+// (tensor, row, head) (rms_norm_rope launches it for one). A tensor without rope is only normed, with
+// rms_norm_kernel's arithmetic.
+__global__ void rms_norm_rope_many_kernel(const NormRopeJob j, const int32_t* pos, const float* f, int64_t n,
+                                          bool interleaved) {
   pdl_begin();
   __shared__ float scratch[32];
   extern __shared__ float row[];
-  const float* xr = x + blockIdx.x * D;
-  float* yr = y + blockIdx.x * D;
-  const float inv = inv_rms(xr, D, eps, scratch);
+  int g = 0;
+  int64_t b = blockIdx.x;
+  while (g + 1 < j.count && b >= j.T * j.H[g]) b -= j.T * j.H[g++];
+  const int64_t D = j.D;
+  const float* xr = j.x[g] + b * D;
+  const float* w = j.w[g];
+  float* yr = j.y[g] + b * D;
+  const float inv = inv_rms(xr, D, j.eps, scratch);
+  if (!j.rope[g]) {
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
+    return;
+  }
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) row[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
   __syncthreads();
-  const float p = static_cast<float>(pos[blockIdx.x / H]);
+  const float p = static_cast<float>(pos[b / j.H[g]]);
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
     float sn, c;
     sincosf(p * f[i], &sn, &c);
-    const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + D / 2;
-    const float x0 = row[a], x1 = row[b];
+    const int64_t a = interleaved ? 2 * i : i, e = interleaved ? 2 * i + 1 : i + D / 2;
+    const float x0 = row[a], x1 = row[e];
     row[a] = x0 * c - x1 * sn;
-    row[b] = x1 * c + x0 * sn;
+    row[e] = x1 * c + x0 * sn;
   }
   __syncthreads();
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = row[i];
@@ -1083,6 +1092,35 @@ __global__ void topk_kernel(const float* a, int64_t N, int k, float* values, int
   }
 }
 
+// Top-k of a short row (N <= kRankTopkMax) by rank: the row is staged in shared memory, each element counts the
+// elements better than it (8 lanes share an element, each a strided eighth of the row) and, when that rank is below
+// k, is written at it. One pass whatever k is; ranks are distinct, since ties go to the lower index. NaN ranks as
+// -inf.
+constexpr int kRankSplit = 8, kRankThreads = 256, kRankPerBlock = kRankThreads / kRankSplit;
+__global__ void __launch_bounds__(kRankThreads) topk_rank_kernel(const float* a, int64_t N, int k, float* values,
+                                                                 int32_t* indices) {
+  pdl_begin();
+  extern __shared__ float keys[];
+  const float* x = a + blockIdx.y * N;
+  for (int64_t i = threadIdx.x; i < N; i += blockDim.x) {
+    const float v = x[i];
+    keys[i] = v != v ? -INFINITY : v;
+  }
+  __syncthreads();
+  const int e = blockIdx.x * kRankPerBlock + threadIdx.x / kRankSplit, part = threadIdx.x % kRankSplit;
+  int rank = 0;
+  if (e < N) {
+    const float v = keys[e];
+    for (int j = part; j < N; j += kRankSplit) rank += better(keys[j], j, v, e);
+  }
+#pragma unroll
+  for (int o = kRankSplit / 2; o > 0; o >>= 1) rank += __shfl_xor_sync(0xffffffffu, rank, o);
+  if (e < N && part == 0 && rank < k) {
+    values[blockIdx.y * k + rank] = x[e];
+    indices[blockIdx.y * k + rank] = e;
+  }
+}
+
 // Top-1 of long rows in two passes: blocks of a row each find the best of their slice, then one block per row
 // picks among them (ties go to the lower index in both passes).
 __global__ void argmax_slices_kernel(const float* a, int64_t N, int slices, float* sv_out, int* si_out) {
@@ -1313,8 +1351,11 @@ void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
   constexpr int RO = EPI == 1 ? R / 2 : R;
   const int64_t N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
   const int64_t vals = BITS ? 128 / BITS : 8, chunks = j.K / vals, row_groups = (N + RO - 1) / RO;
+  // Quantized chunks carry 16 or 32 weights each (a bf16 chunk 8) and more arithmetic: they split down to one
+  // chunk per lane.
+  const int64_t per_lane = BITS ? 1 : 2;
   int parts = 1;
-  while (parts < 4 && row_groups * parts < 4096 && chunks / (32 * parts * 2) >= 2) parts *= 2;
+  while (parts < 4 && row_groups * parts < 4096 && chunks / (32 * parts * 2) >= per_lane) parts *= 2;
   const int64_t blocks = (row_groups + (4 / parts) - 1) / (4 / parts);
   launch(gemv_chunks_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, j, parts);
 }
@@ -1501,9 +1542,26 @@ void add_rms_norm_norm(const float* x, const float* f, const float* w, int64_t r
 
 void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t D, float eps, const int32_t* pos,
                    const float* inv_freq, int64_t n, bool interleaved, float* y, cudaStream_t s) {
-  if (T * H == 0) return;
-  launch(rms_norm_rope_kernel, static_cast<unsigned>(T * H), D >= 1024 ? 512 : 128, D * sizeof(float), s, x, w, H, D,
-         eps, pos, inv_freq, n, interleaved, y);
+  NormRopeJob j{};
+  j.x[0] = x;
+  j.w[0] = w;
+  j.y[0] = y;
+  j.H[0] = H;
+  j.rope[0] = true;
+  j.count = 1;
+  j.T = T;
+  j.D = D;
+  j.eps = eps;
+  rms_norm_rope_many(j, pos, inv_freq, n, interleaved, s);
+}
+
+void rms_norm_rope_many(const NormRopeJob& j, const int32_t* pos, const float* inv_freq, int64_t n, bool interleaved,
+                        cudaStream_t s) {
+  int64_t blocks = 0;
+  for (int g = 0; g < j.count; g++) blocks += j.T * j.H[g];
+  if (blocks == 0) return;
+  launch(rms_norm_rope_many_kernel, static_cast<unsigned>(blocks), j.D >= 1024 ? 512 : 128, j.D * sizeof(float), s, j,
+         pos, inv_freq, n, interleaved);
 }
 
 void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,
@@ -1566,12 +1624,17 @@ void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s) 
   launch(softmax_kernel, static_cast<unsigned>(rows), D >= 4096 ? 1024 : 256, 0, s, a, D, y);
 }
 size_t topk_scratch_floats(int64_t rows, int64_t N, int k) {
-  return k == 1 && N >= 16384 && rows <= 64 ? static_cast<size_t>(2 * rows * kArgmaxSlices) : 0;
+  return k == 1 && N > kRankTopkMax && N >= 16384 && rows <= 64 ? static_cast<size_t>(2 * rows * kArgmaxSlices) : 0;
 }
 
 void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, float* scratch,
           cudaStream_t s) {
   if (rows == 0) return;
+  if (N <= kRankTopkMax) {
+    const dim3 grid(static_cast<unsigned>((N + kRankPerBlock - 1) / kRankPerBlock), static_cast<unsigned>(rows));
+    launch(topk_rank_kernel, grid, kRankThreads, N * sizeof(float), s, a, N, k, values, indices);
+    return;
+  }
   if (topk_scratch_floats(rows, N, k)) {
     float* sv = scratch;
     int* si = reinterpret_cast<int*>(scratch + rows * kArgmaxSlices);

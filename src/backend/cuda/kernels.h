@@ -88,6 +88,20 @@ void add_rms_norm_norm(const float* x, const float* f, const float* w, int64_t r
 void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t D, float eps, const int32_t* pos,
                    const float* inv_freq, int64_t n, bool interleaved, float* y, cudaStream_t s);
 constexpr int64_t kMaxNormRopeD = 8192;
+// rms_norm_rope of up to three contiguous [T, H[g], D] tensors in one launch; a tensor with rope[g] false is only
+// normed (as rms_norm). w[g] may be null.
+struct NormRopeJob {
+  const float* x[3];
+  const float* w[3];
+  float* y[3];
+  int64_t H[3];
+  bool rope[3];
+  int count;
+  int64_t T, D;
+  float eps;
+};
+void rms_norm_rope_many(const NormRopeJob& j, const int32_t* pos, const float* inv_freq, int64_t n, bool interleaved,
+                        cudaStream_t s);
 // x [T, H, D] with strides (sT, sH, 1); n frequencies.
 void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,
           int64_t n, bool interleaved, cudaStream_t s);
@@ -120,7 +134,9 @@ void unary(int op, const float* a, int64_t n, float* y, cudaStream_t s);
 void gated(int op, const float* g, const float* u, int64_t n, float* y, cudaStream_t s);
 void softcap(const float* a, float cap, int64_t n, float* y, cudaStream_t s);
 void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s);
-// `scratch` holds topk_scratch_floats(rows, N, k) floats (long rows with k = 1 take two passes over many blocks).
+// Rows of up to kRankTopkMax columns take one pass for any k (each element's rank counted in shared memory); longer
+// ones k passes, or two passes over many blocks for k = 1 (`scratch`: topk_scratch_floats(rows, N, k) floats).
+constexpr int64_t kRankTopkMax = 4096;
 size_t topk_scratch_floats(int64_t rows, int64_t N, int k);
 void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, float* scratch,
           cudaStream_t s);

@@ -161,4 +161,48 @@ std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t 
   return out;
 }
 
+std::vector<int32_t> Gemma4Assistant::draft_greedy(SequenceState& target_state, int32_t last_token,
+                                                   const Tensor& last_hidden, int steps) {
+  if (!graphs_ || steps <= 0) return Drafter::draft_greedy(target_state, last_token, last_hidden, steps);
+  auto& st = static_cast<KvState&>(target_state);
+  const Device dev = target_.device();
+  ChainGraph& g = chains_[steps];
+  if (!g.graph || g.state != &st || g.layout != st.layout()) {
+    g = ChainGraph{};
+    Backend& be = backend_for(dev);
+    g.token = be.empty({1}, DType::I32);
+    g.position = be.empty({1}, DType::I32);
+    g.h = be.empty({1, cfg_.backbone_hidden_size}, DType::F32);
+    g.ids = be.empty({steps}, DType::I32);
+    try {
+      g.graph = ops::record(dev, [&] {
+        Tensor t = g.token, h = g.h;
+        for (int s = 0; s < steps; s++) {
+          auto [logits, h_next] = step(st, t, g.position, h);
+          Tensor value, index;
+          ops::topk(logits, 1, &value, &index);
+          t = index.reshape({1});
+          ops::copy_into(t, g.ids.slice(0, s, s + 1));
+          h = h_next;
+        }
+      });
+    } catch (const DeviceError&) {
+      throw;
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "vatic: device graphs are off for the drafter: %s\n", e.what());
+      graphs_ = false;
+      chains_.clear();
+      return Drafter::draft_greedy(target_state, last_token, last_hidden, steps);
+    }
+    g.state = &st;
+    g.layout = st.layout();
+  }
+  ops::copy_into(ops::ids({static_cast<int32_t>(st.length())}, dev), g.position);
+  ops::copy_into(last_hidden.reshape({1, cfg_.backbone_hidden_size}), g.h);
+  ops::copy_into(ops::ids({last_token}, dev), g.token);
+  g.graph->replay();
+  Tensor ids = ops::to_host(g.ids);
+  return std::vector<int32_t>(ids.data<int32_t>(), ids.data<int32_t>() + steps);
+}
+
 }  // namespace vatic

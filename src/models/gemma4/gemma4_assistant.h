@@ -2,6 +2,7 @@
 // The Gemma 4 MTP drafter (`-assistant` checkpoints): a small all-KV-shared Gemma 4 stack that reads the target's
 // K/V (its last KV-owning sliding and full layers), queries at one constant position for every draft step, and
 // feeds back its own post-projected hidden state. See tests/fixtures/README.md for the exact semantics.
+#include <map>
 #include <memory>
 #include <vector>
 
@@ -16,6 +17,9 @@ class Gemma4Assistant final : public Drafter {
 
   std::vector<Tensor> draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden, int steps,
                             const std::function<int32_t(const Tensor& logits)>& choose) override;
+  // The steps recorded as one device graph per depth: each step's argmax is the next step's token on the device.
+  std::vector<int32_t> draft_greedy(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,
+                                    int steps) override;
   std::string name() const override { return "gemma4_assistant"; }
   const Gemma4AssistantConfig& config() const { return cfg_; }
 
@@ -33,6 +37,11 @@ class Gemma4Assistant final : public Drafter {
     Tensor logits, h_next;      // outputs, overwritten by each replay
   };
   StepGraph graph_;
+  // Greedy chains by depth: `token` holds the first step's token, `ids` [depth] the chosen ids (h_next is unused).
+  struct ChainGraph : StepGraph {
+    Tensor ids;
+  };
+  std::map<int, ChainGraph> chains_;
   bool graphs_ = false;
 
   Gemma4Model& target_;

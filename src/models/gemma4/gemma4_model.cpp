@@ -122,11 +122,7 @@ Tensor Gemma4Model::embed(const Tensor& ids) const { return ops::embedding(embed
 
 Tensor Gemma4Model::attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,
                                       const Tensor& positions, float eps) {
-  return normed_queries(l, ops::matmul(a, l.q), heads, head_dim, positions, eps);
-}
-
-Tensor Gemma4Model::normed_queries(const Gemma4Layer& l, const Tensor& q, int64_t heads, int64_t head_dim,
-                                   const Tensor& positions, float eps) {
+  Tensor q = ops::matmul(a, l.q);
   return ops::rms_norm_rope(q.reshape({q.dim(0), heads, head_dim}), l.q_norm, eps, positions, l.inv_freq, false);
 }
 
@@ -147,12 +143,14 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
     std::vector<const Linear*> ws = {&l.q, &l.k};
     if (!lc.k_eq_v) ws.push_back(&l.v);
     std::vector<Tensor> p = ops::matmul_many(a, ws);
-    q = normed_queries(l, p[0], nh, d, positions, eps);
     Tensor kraw = p[1].reshape({T, nkv, d});
     Tensor vraw = lc.k_eq_v ? kraw : p[2].reshape({T, nkv, d});
-    Tensor k = ops::rms_norm_rope(kraw, l.k_norm, eps, positions, l.inv_freq, false);
-    Tensor v = ops::rms_norm(vraw, Tensor(), eps);
-    st.cache(i).append(k, v, positions);
+    // The queries' and keys' norms and rotations and the values' weight-less norm, in one op.
+    std::vector<Tensor> n = ops::rms_norm_rope_many(
+        {{p[0].reshape({T, nh, d}), l.q_norm, true}, {kraw, l.k_norm, true}, {vraw, Tensor(), false}}, eps, positions,
+        l.inv_freq, false);
+    q = n[0];
+    st.cache(i).append(n[1], n[2], positions);
   }
   KvCache& kv = st.cache(lc.kv_donor);
   AttentionParams ap;

@@ -49,9 +49,6 @@ class Gemma4Model final : public LanguageModel {
   // Shared by the assistant drafter: one Gemma 4 attention + MLP layer over caches it does not own.
   static Tensor attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,
                                   const Tensor& positions, float eps);
-  // q [T, heads · head_dim], the query projection, under the query norm and rotation.
-  static Tensor normed_queries(const Gemma4Layer& l, const Tensor& q, int64_t heads, int64_t head_dim,
-                               const Tensor& positions, float eps);
   static Tensor mlp(const Gemma4Layer& l, const Tensor& y);
   static Tensor rope_frequencies(const Gemma4RopeConfig& rope, int head_dim, Device device);
   // What every Gemma 4 layer has: norms, Q/O projections and Q norm, the dense MLP, layer_scalar, RoPE table.

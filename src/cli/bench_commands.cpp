@@ -129,7 +129,6 @@ void print_bandwidth(const MemoryBandwidth& bw, Device dev) {
               "with prefetch), copy %.1f GB/s (read+write)\n",
               bw.bytes >> 20, bw.read_gbs, bw.matvec_gbs, bw.copy_gbs);
 }
-// The greedy choice from a logits row, taken where the logits are (as the generator does for greedy decoding).
 // Device time by operation, the largest first, with each one's share.
 void print_profile(std::vector<std::pair<std::string, double>> prof) {
   std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
@@ -139,6 +138,7 @@ void print_profile(std::vector<std::pair<std::string, double>> prof) {
     std::printf("  %-24s %8.3f ms %5.1f%%\n", name.c_str(), 1e3 * secs, 100 * secs / total);
 }
 
+// The greedy choice from a logits row, taken where the logits are (as the generator does for greedy decoding).
 int32_t best_token(const Tensor& logits) {
   Tensor values, ids;
   ops::topk(logits, 1, &values, &ids);

@@ -1624,13 +1624,13 @@ void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s) 
   launch(softmax_kernel, static_cast<unsigned>(rows), D >= 4096 ? 1024 : 256, 0, s, a, D, y);
 }
 size_t topk_scratch_floats(int64_t rows, int64_t N, int k) {
-  return k == 1 && N > kRankTopkMax && N >= 16384 && rows <= 64 ? static_cast<size_t>(2 * rows * kArgmaxSlices) : 0;
+  return k == 1 && N >= 16384 && rows <= 64 ? static_cast<size_t>(2 * rows * kArgmaxSlices) : 0;
 }
 
 void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, float* scratch,
           cudaStream_t s) {
   if (rows == 0) return;
-  if (N <= kRankTopkMax) {
+  if (N <= kRankTopkMax && rows <= 65535) {  // rows are the grid's second dimension
     const dim3 grid(static_cast<unsigned>((N + kRankPerBlock - 1) / kRankPerBlock), static_cast<unsigned>(rows));
     launch(topk_rank_kernel, grid, kRankThreads, N * sizeof(float), s, a, N, k, values, indices);
     return;

@@ -4,8 +4,8 @@
 // An op is cut into `parts` pieces (one per thread for the helpers below, the same split whatever thread runs a
 // piece, so results do not depend on the threads). The calling thread and the workers take pieces from one shared
 // counter until none is left, then the caller waits for the pieces the workers took. A worker that comes late
-// (asleep, or preempted on a busy machine) finds nothing left, because the caller went on to its piece: a slow
-// thread delays an op by at most the piece it has started.
+// (asleep, or preempted on a busy machine) finds nothing left, the caller having taken its piece too: a slow
+// thread holds an op up only with a piece it has started.
 //
 // Between ops the workers spin for a short while (the next matmul of a decode step comes within microseconds),
 // then sleep on a condition variable, so a busy machine's cores are not held by idle spinners. One op costs one

@@ -50,7 +50,6 @@ threads = [int(x) for x in args.threads.split(",")]
 rows = [r.split("|") for r in args.row]
 # vatic binaries: (name, path); a plain path is named "vatic".
 binaries = [tuple(v.split("=", 1)) if "=" in v else ("vatic", v) for v in args.vatic]
-tools = ["llama"] + [name for name, _ in binaries]
 
 def llama(gguf, t):
     cmd = [args.llama_bench, "-m", gguf, "-t", str(t), "-p", ",".join(map(str, PPS)), "-n", str(args.ngen),

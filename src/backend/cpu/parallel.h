@@ -1,7 +1,7 @@
 #pragma once
 // How the CPU backend splits work across threads: one pool of workers for the process, started on first use.
 //
-// An op is cut into `parts` pieces (one per thread for the helpers below, the same split whatever thread runs a
+// An op is cut into `parts` pieces (one per thread for the functions below, the same split whatever thread runs a
 // piece, so results do not depend on the threads). The calling thread and the workers take pieces from one shared
 // counter until none is left, then the caller waits for the pieces the workers took. A worker that comes late
 // (asleep, or preempted on a busy machine) finds nothing left, the caller having taken its piece too: a slow

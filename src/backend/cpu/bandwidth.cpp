@@ -1,7 +1,6 @@
 #include "backend/cpu/bandwidth.h"
 
-#include <omp.h>
-
+#include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
@@ -11,6 +10,7 @@
 
 #include <fmt/format.h>
 
+#include "backend/cpu/parallel.h"
 #include "backend/cpu/simd.h"
 
 namespace vatic::cpu {
@@ -34,12 +34,7 @@ std::string cpu_model() {
 // Runs f(start, end) on each thread's share of [0, n).
 template <typename F>
 void split(int64_t n, F&& f) {
-#pragma omp parallel
-  {
-    const int64_t id = omp_get_thread_num(), m = omp_get_num_threads(), chunk = (n + m - 1) / m;
-    const int64_t s = std::min(n, id * chunk), e = std::min(n, s + chunk);
-    if (e > s) f(s, e);
-  }
+  parallel_ranges(n, true, f);
 }
 
 }  // namespace
@@ -47,15 +42,16 @@ void split(int64_t n, F&& f) {
 MemoryBandwidth measure_bandwidth(size_t bytes, int reps) {
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
   std::unique_ptr<float[]> a(new float[n]), b(new float[n]);
-#pragma omp parallel for schedule(static)
-  for (int64_t i = 0; i < n; i++) {
-    a[i] = static_cast<float>(i & 1023) * 1e-3f;
-    b[i] = 0.0f;
-  }
+  split(n, [&](int64_t s, int64_t e) {
+    for (int64_t i = s; i < e; i++) {
+      a[i] = static_cast<float>(i & 1023) * 1e-3f;
+      b[i] = 0.0f;
+    }
+  });
   const Kernels& k = kernels();
   MemoryBandwidth bw;
   bw.bytes = bytes;
-  bw.machine = fmt::format("{}, {} kernels, {} threads", cpu_model(), k.isa, omp_get_max_threads());
+  bw.machine = fmt::format("{}, {} kernels, {} threads", cpu_model(), k.isa, pool().threads());
   volatile float sink = 0;
   // The array as [n / 2048, 2048] rows, times one vector, through the f32 matvec kernel.
   const int64_t rows = n / 2048;
@@ -70,14 +66,15 @@ MemoryBandwidth measure_bandwidth(size_t bytes, int reps) {
   g.y = yv.data();
   g.ldy = rows;
   for (int r = 0; r < reps; r++) {
+    std::vector<float> part(static_cast<size_t>(pool().threads()), 0.0f);  // one sum per range
+    std::atomic<int> ranges{0};
     auto t0 = Clock::now();
+    split(n, [&](int64_t s, int64_t e) {
+      part[static_cast<size_t>(ranges.fetch_add(1, std::memory_order_relaxed))] =
+          k.dot_f32(a.get() + s, a.get() + s, e - s);
+    });
     float total = 0;
-#pragma omp parallel reduction(+ : total)
-    {
-      const int64_t id = omp_get_thread_num(), m = omp_get_num_threads(), chunk = (n + m - 1) / m;
-      const int64_t s = std::min(n, id * chunk), e = std::min(n, s + chunk);
-      if (e > s) total += k.dot_f32(a.get() + s, a.get() + s, e - s);
-    }
+    for (float v : part) total += v;
     double dt = seconds_since(t0);
     sink = sink + total;
     bw.read_gbs = std::max(bw.read_gbs, static_cast<double>(bytes) / dt / 1e9);

@@ -1,7 +1,7 @@
-#include <omp.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cmath>
 #include <cstring>
 #include <limits>
@@ -20,15 +20,16 @@ namespace {
 // than it saves, and far more when the machine is busy with other work.
 constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 // Matmuls split their output rows across threads from about 128 K multiply-adds (a few microseconds on one core):
-// threads that just finished a region are still spinning, so the fork and join cost about a microsecond, and a
-// small model's decode (matrices of 0.1–1 M multiply-adds) only gains from a second thread this way.
+// the pool's workers spin between the ops of a step, so handing out an op costs well under a microsecond, and a
+// small model's decode (matrices of 0.1–1 M multiply-adds) gains from a second thread this way.
 constexpr int64_t kMinParallelMatmul = int64_t{1} << 17;
 // Norms, activations and other elementwise ops: from 16 K values on (a prompt of 64 tokens at width 256), both
-// cores; below, one (an OpenMP region costs about as much as 8 K values of work).
+// cores; below, one.
 constexpr int64_t kMinParallelElementwise = int64_t{1} << 14;
 
 using cpu::kernels;
 using cpu::parallel_for;
+using cpu::parallel_ranges;
 
 inline float load_scalar(const Tensor& t, const uint8_t* p) {
   switch (t.dtype()) {
@@ -181,11 +182,9 @@ class CpuBackend final : public Backend {
     for (int64_t t0 = 0; t0 < T; t0 += TB) {
       const int64_t t1 = std::min(T, t0 + TB);
       const bool big = N * K * (t1 - t0) > kMinParallelWork;
-#pragma omp parallel if (big)
-      {
+      parallel_ranges(N, big, [&](int64_t n0, int64_t n1) {
         std::vector<float> wrow(K);
-#pragma omp for schedule(static)
-        for (int64_t n = 0; n < N; n++) {
+        for (int64_t n = n0; n < n1; n++) {
           const uint8_t* wp = static_cast<const uint8_t*>(w.weight.raw()) + n * ldw * dtype_size(wt);
           for (int64_t i = 0; i < K; i++) wrow[i] = load_scalar(w.weight, wp + i * dtype_size(wt));
           const float* wf = wrow.data();
@@ -204,7 +203,7 @@ class CpuBackend final : public Backend {
             out = accumulate ? out + v : v;
           }
         }
-      }
+      });
     }
   }
 
@@ -212,19 +211,17 @@ class CpuBackend final : public Backend {
   template <typename F>
   static void parallel_rows(int64_t N, int64_t work, F&& f) {
     constexpr int64_t kAlign = 16;
-    int nt = work >= kMinParallelMatmul ? omp_get_max_threads() : 1;
-    nt = static_cast<int>(std::min<int64_t>(nt, (N + kAlign - 1) / kAlign));
+    const int64_t nt = std::min<int64_t>(work >= kMinParallelMatmul ? cpu::pool().threads() : 1,
+                                         (N + kAlign - 1) / kAlign);
     if (nt <= 1) {
       f(int64_t{0}, N);
       return;
     }
-#pragma omp parallel num_threads(nt)
-    {
-      const int64_t id = omp_get_thread_num(), n = omp_get_num_threads();
-      const int64_t chunk = ((N + n - 1) / n + kAlign - 1) / kAlign * kAlign;
+    const int64_t chunk = ((N + nt - 1) / nt + kAlign - 1) / kAlign * kAlign;
+    cpu::pool().run(nt, [&](int64_t id) {
       const int64_t n0 = std::min(N, id * chunk), n1 = std::min(N, n0 + chunk);
       if (n0 < n1) f(n0, n1);
-    }
+    });
   }
 
   // Group-wise affine quantized weights: int8 / int4 kernels that dequantize in registers (see gemm_impl.h), or
@@ -264,11 +261,9 @@ class CpuBackend final : public Backend {
       parallel_rows(N, N * K * T, [&](int64_t n0, int64_t n1) { k.qgemm(a, n0, n1); });
       return;
     }
-#pragma omp parallel if (N * K * T > kMinParallelWork)
-    {
+    parallel_ranges(N, N * K * T > kMinParallelWork, [&](int64_t n0, int64_t n1) {
       std::vector<float> wrow(K);
-#pragma omp for schedule(static)
-      for (int64_t n = 0; n < N; n++) {
+      for (int64_t n = n0; n < n1; n++) {
         dequant_row(w, n, wrow.data(), K);
         for (int64_t t = 0; t < T; t++) {
           float v = k.dot_f32(X + t * ldx, wrow.data(), K);
@@ -276,7 +271,7 @@ class CpuBackend final : public Backend {
           out = accumulate ? out + v : v;
         }
       }
-    }
+    });
   }
 
   void embedding(const Linear& w, const Tensor& ids, float scale, const Tensor& out) override {
@@ -409,7 +404,8 @@ class CpuBackend final : public Backend {
     // instead of one dot call and one axpy call per head and key. Same masking and softmax (f32 scores, sum of the
     // exponentials in double).
     const float ninf = -std::numeric_limits<float>::infinity();
-    auto heads = [&] {
+    // Pairs i = t·Hkv + kh, a range of them per thread.
+    parallel_ranges(T * Hkv, T * Hq * S * D > kMinParallelWork, [&](int64_t i0, int64_t i1) {
       thread_local std::vector<const float*> krows, vrows;
       thread_local std::vector<float> sc;
       thread_local std::vector<double> sums;
@@ -417,59 +413,51 @@ class CpuBackend final : public Backend {
       vrows.resize(S);
       sc.resize(static_cast<size_t>(group * S));
       sums.resize(group);
-#pragma omp for collapse(2) schedule(static)
-      for (int64_t t = 0; t < T; t++) {
-        for (int64_t kh = 0; kh < Hkv; kh++) {
-          const int32_t pq = qp[t];
-          int64_t n = 0;
-          for (int64_t s = 0; s < S; s++) {
-            const int32_t pk = kp[s];
-            if (pk < 0 || pk > pq || (p.window > 0 && pq - pk >= p.window)) continue;
-            krows[n] = k.data<float>() + s * k.stride(0) + kh * k.stride(1);
-            vrows[n] = v.data<float>() + s * v.stride(0) + kh * v.stride(1);
-            n++;
+      for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / Hkv, kh = i % Hkv;
+        const int32_t pq = qp[t];
+        int64_t n = 0;
+        for (int64_t s = 0; s < S; s++) {
+          const int32_t pk = kp[s];
+          if (pk < 0 || pk > pq || (p.window > 0 && pq - pk >= p.window)) continue;
+          krows[n] = k.data<float>() + s * k.stride(0) + kh * k.stride(1);
+          vrows[n] = v.data<float>() + s * v.stride(0) + kh * v.stride(1);
+          n++;
+        }
+        float* o = out.data<float>() + t * out.stride(0) + kh * group * out.stride(1);
+        const int64_t ldo = out.stride(1);
+        if (n == 0) {
+          for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
+          continue;
+        }
+        kk.dot_rows(q.data<float>() + t * q.stride(0) + kh * group * q.stride(1), q.stride(1), group, krows.data(),
+                    n, D, sc.data(), n);
+        for (int64_t g = 0; g < group; g++) {
+          float* r = sc.data() + g * n;
+          float mx = ninf;
+          for (int64_t j = 0; j < n; j++) {
+            r[j] *= p.scale;
+            mx = std::max(mx, r[j]);
           }
-          float* o = out.data<float>() + t * out.stride(0) + kh * group * out.stride(1);
-          const int64_t ldo = out.stride(1);
-          if (n == 0) {
-            for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
+          double sum = 0;
+          for (int64_t j = 0; j < n; j++) {
+            r[j] = mx == ninf ? 0.0f : std::exp(r[j] - mx);
+            sum += r[j];
+          }
+          sums[g] = sum;
+        }
+        kk.axpy_rows(sc.data(), n, group, vrows.data(), n, Dv, o, ldo);
+        for (int64_t g = 0; g < group; g++) {
+          float* og = o + g * ldo;
+          if (sums[g] == 0.0) {
+            std::fill(og, og + Dv, 0.0f);
             continue;
           }
-          kk.dot_rows(q.data<float>() + t * q.stride(0) + kh * group * q.stride(1), q.stride(1), group, krows.data(),
-                      n, D, sc.data(), n);
-          for (int64_t g = 0; g < group; g++) {
-            float* r = sc.data() + g * n;
-            float mx = ninf;
-            for (int64_t j = 0; j < n; j++) {
-              r[j] *= p.scale;
-              mx = std::max(mx, r[j]);
-            }
-            double sum = 0;
-            for (int64_t j = 0; j < n; j++) {
-              r[j] = mx == ninf ? 0.0f : std::exp(r[j] - mx);
-              sum += r[j];
-            }
-            sums[g] = sum;
-          }
-          kk.axpy_rows(sc.data(), n, group, vrows.data(), n, Dv, o, ldo);
-          for (int64_t g = 0; g < group; g++) {
-            float* og = o + g * ldo;
-            if (sums[g] == 0.0) {
-              std::fill(og, og + Dv, 0.0f);
-              continue;
-            }
-            const float inv = static_cast<float>(1.0 / sums[g]);
-            for (int64_t i = 0; i < Dv; i++) og[i] *= inv;
-          }
+          const float inv = static_cast<float>(1.0 / sums[g]);
+          for (int64_t j = 0; j < Dv; j++) og[j] *= inv;
         }
       }
-    };
-    if (cpu::use_threads(T * Hq * S * D > kMinParallelWork)) {
-#pragma omp parallel
-      heads();
-    } else {
-      heads();  // the orphaned `omp for` inside runs all iterations here
-    }
+    });
   }
 
   // Prefill: per KV head and block of queries, the scores of all the query heads that share the KV head are one
@@ -488,97 +476,103 @@ class CpuBackend final : public Backend {
     const float ninf = -std::numeric_limits<float>::infinity();
     const bool big = T * Hq * S * D > kMinParallelWork;
     std::vector<float> vt(static_cast<size_t>(Hkv * Dv * S));  // [Hkv][Dv][S]
-#pragma omp parallel for collapse(2) schedule(static) if (big)
-    for (int64_t kh = 0; kh < Hkv; kh++)
-      for (int64_t d = 0; d < Dv; d++) {
-        const float* src = v.data<float>() + kh * v.stride(1) + d;
-        float* dst = vt.data() + (kh * Dv + d) * S;
-        for (int64_t s = 0; s < S; s++) dst[s] = src[s * v.stride(0)];
-      }
+    parallel_for(Hkv * Dv, big, [&](int64_t i) {  // i = kh·Dv + d
+      const float* src = v.data<float>() + (i / Dv) * v.stride(1) + i % Dv;
+      float* dst = vt.data() + i * S;
+      for (int64_t s = 0; s < S; s++) dst[s] = src[s * v.stride(0)];
+    });
     auto visible = [&](int32_t pq, int32_t pk) {
       return pk >= 0 && pk <= pq && (p.window <= 0 || pq - pk < p.window);
     };
     const int64_t QB = std::max(kAttnQueryBlock, (kAttnBlockRows + group - 1) / group);  // queries per block
     const int64_t blocks = (T + QB - 1) / QB;
-#pragma omp parallel if (big)
-    {
+    // Blocks i = kh·blocks + b go one at a time to whichever thread asks next (a causal prompt's later blocks see
+    // more keys); each thread sizes its buffers when it takes its first block.
+    const int64_t items = Hkv * blocks;
+    std::atomic<int64_t> next{0};
+    parallel_for(cpu::pool().threads(), big, [&](int64_t) {
       const int64_t R = QB * group;
-      std::vector<float> qb(static_cast<size_t>(R * D)), sc(static_cast<size_t>(R * S)), ob(static_cast<size_t>(R * Dv));
-      std::vector<double> sums(static_cast<size_t>(R));
-#pragma omp for collapse(2) schedule(dynamic)
-      for (int64_t kh = 0; kh < Hkv; kh++)
-        for (int64_t b = 0; b < blocks; b++) {
-          const int64_t t0 = b * QB, t1 = std::min(T, t0 + QB), nt = t1 - t0, nr = nt * group;
-          auto out_row = [&](int64_t r) {
-            return out.data<float>() + (t0 + r / group) * out.stride(0) + (kh * group + r % group) * out.stride(1);
-          };
-          // The keys any query of the block sees: [s0, s1).
-          int64_t s0 = S, s1 = 0;
-          for (int64_t s = 0; s < S; s++)
-            for (int64_t t = t0; t < t1; t++)
-              if (visible(qp[t], kp[s])) {
-                s0 = std::min(s0, s);
-                s1 = std::max(s1, s + 1);
-                break;
-              }
-          if (s0 >= s1) {
-            for (int64_t r = 0; r < nr; r++) std::fill(out_row(r), out_row(r) + Dv, 0.0f);
+      std::vector<float> qb, sc, ob;
+      std::vector<double> sums;
+      for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < items;) {
+        if (qb.empty()) {
+          qb.resize(static_cast<size_t>(R * D));
+          sc.resize(static_cast<size_t>(R * S));
+          ob.resize(static_cast<size_t>(R * Dv));
+          sums.resize(static_cast<size_t>(R));
+        }
+        const int64_t kh = i / blocks, b = i % blocks;
+        const int64_t t0 = b * QB, t1 = std::min(T, t0 + QB), nt = t1 - t0, nr = nt * group;
+        auto out_row = [&](int64_t r) {
+          return out.data<float>() + (t0 + r / group) * out.stride(0) + (kh * group + r % group) * out.stride(1);
+        };
+        // The keys any query of the block sees: [s0, s1).
+        int64_t s0 = S, s1 = 0;
+        for (int64_t s = 0; s < S; s++)
+          for (int64_t t = t0; t < t1; t++)
+            if (visible(qp[t], kp[s])) {
+              s0 = std::min(s0, s);
+              s1 = std::max(s1, s + 1);
+              break;
+            }
+        if (s0 >= s1) {
+          for (int64_t r = 0; r < nr; r++) std::fill(out_row(r), out_row(r) + Dv, 0.0f);
+          continue;
+        }
+        for (int64_t r = 0; r < nr; r++) {
+          const float* src = q.data<float>() + (t0 + r / group) * q.stride(0) + (kh * group + r % group) * q.stride(1);
+          std::copy(src, src + D, qb.data() + r * D);
+        }
+        const int64_t ns = s1 - s0;
+        cpu::GemmArgs a;
+        a.x = qb.data();
+        a.ldx = D;
+        a.T = nr;
+        a.w = k.data<float>() + s0 * k.stride(0) + kh * k.stride(1);
+        a.ldw = k.stride(0);
+        a.K = D;
+        a.y = sc.data();
+        a.ldy = ns;
+        kk.gemm_f32(a, 0, ns);
+        for (int64_t r = 0; r < nr; r++) {
+          const int32_t pq = qp[t0 + r / group];
+          float* row = sc.data() + r * ns;
+          float mx = ninf;
+          for (int64_t j = 0; j < ns; j++) {
+            const bool vis = visible(pq, kp[s0 + j]);
+            row[j] = vis ? p.scale * row[j] : ninf;
+            if (vis) mx = std::max(mx, row[j]);
+          }
+          double sum = 0;
+          for (int64_t j = 0; j < ns; j++) {
+            const float e = row[j] == ninf ? 0.0f : std::exp(row[j] - mx);
+            row[j] = e;
+            sum += e;
+          }
+          sums[r] = mx == ninf ? 0.0 : sum;
+        }
+        cpu::GemmArgs pv;
+        pv.x = sc.data();
+        pv.ldx = ns;
+        pv.T = nr;
+        pv.w = vt.data() + kh * Dv * S + s0;
+        pv.ldw = S;
+        pv.K = ns;
+        pv.y = ob.data();
+        pv.ldy = Dv;
+        kk.gemm_f32(pv, 0, Dv);
+        for (int64_t r = 0; r < nr; r++) {
+          float* o = out_row(r);
+          if (sums[r] == 0.0) {
+            std::fill(o, o + Dv, 0.0f);
             continue;
           }
-          for (int64_t r = 0; r < nr; r++) {
-            const float* src = q.data<float>() + (t0 + r / group) * q.stride(0) + (kh * group + r % group) * q.stride(1);
-            std::copy(src, src + D, qb.data() + r * D);
-          }
-          const int64_t ns = s1 - s0;
-          cpu::GemmArgs a;
-          a.x = qb.data();
-          a.ldx = D;
-          a.T = nr;
-          a.w = k.data<float>() + s0 * k.stride(0) + kh * k.stride(1);
-          a.ldw = k.stride(0);
-          a.K = D;
-          a.y = sc.data();
-          a.ldy = ns;
-          kk.gemm_f32(a, 0, ns);
-          for (int64_t r = 0; r < nr; r++) {
-            const int32_t pq = qp[t0 + r / group];
-            float* row = sc.data() + r * ns;
-            float mx = ninf;
-            for (int64_t j = 0; j < ns; j++) {
-              const bool vis = visible(pq, kp[s0 + j]);
-              row[j] = vis ? p.scale * row[j] : ninf;
-              if (vis) mx = std::max(mx, row[j]);
-            }
-            double sum = 0;
-            for (int64_t j = 0; j < ns; j++) {
-              const float e = row[j] == ninf ? 0.0f : std::exp(row[j] - mx);
-              row[j] = e;
-              sum += e;
-            }
-            sums[r] = mx == ninf ? 0.0 : sum;
-          }
-          cpu::GemmArgs pv;
-          pv.x = sc.data();
-          pv.ldx = ns;
-          pv.T = nr;
-          pv.w = vt.data() + kh * Dv * S + s0;
-          pv.ldw = S;
-          pv.K = ns;
-          pv.y = ob.data();
-          pv.ldy = Dv;
-          kk.gemm_f32(pv, 0, Dv);
-          for (int64_t r = 0; r < nr; r++) {
-            float* o = out_row(r);
-            if (sums[r] == 0.0) {
-              std::fill(o, o + Dv, 0.0f);
-              continue;
-            }
-            const float inv = static_cast<float>(1.0 / sums[r]);
-            const float* src = ob.data() + r * Dv;
-            for (int64_t j = 0; j < Dv; j++) o[j] = src[j] * inv;
-          }
+          const float inv = static_cast<float>(1.0 / sums[r]);
+          const float* src = ob.data() + r * Dv;
+          for (int64_t j = 0; j < Dv; j++) o[j] = src[j] * inv;
         }
-    }
+      }
+    });
   }
 
   template <typename F>

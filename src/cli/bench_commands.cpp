@@ -129,21 +129,18 @@ void print_bandwidth(const MemoryBandwidth& bw, Device dev) {
               "with prefetch), copy %.1f GB/s (read+write)\n",
               bw.bytes >> 20, bw.read_gbs, bw.matvec_gbs, bw.copy_gbs);
 }
-// Device time by operation, the largest first, with each one's share.
-void print_profile(std::vector<std::pair<std::string, double>> prof) {
+// Device time by operation of one `what`, the largest first, with each one's share.
+void print_profile(const char* what, std::vector<std::pair<std::string, double>> prof) {
   std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   double total = 0;
   for (const auto& [name, secs] : prof) total += secs;
+  std::printf("one %s by operation (device time: %.3f ms in all):\n", what, 1e3 * total);
   for (const auto& [name, secs] : prof)
     std::printf("  %-24s %8.3f ms %5.1f%%\n", name.c_str(), 1e3 * secs, 100 * secs / total);
 }
 
 // The greedy choice from a logits row, taken where the logits are (as the generator does for greedy decoding).
-int32_t best_token(const Tensor& logits) {
-  Tensor values, ids;
-  ops::topk(logits, 1, &values, &ids);
-  return ops::to_host(ids).data<int32_t>()[0];
-}
+int32_t best_token(const Tensor& logits) { return ops::argmax_rows(logits)[0]; }
 
 
 void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
@@ -238,11 +235,7 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
     ForwardResult d = lm->forward(*pst, {first}, 1);
     best_token(d.logits);
     be.set_profiling(false);
-    auto prof = be.take_profile();
-    double total = 0;
-    for (const auto& [name, secs] : prof) total += secs;
-    std::printf("one decode step by operation (device time: %.2f ms in all):\n", 1e3 * total);
-    print_profile(prof);
+    print_profile("decode step", be.take_profile());
   }
 
   // One-token step and verify forwards over K+1 tokens, each from the same prefilled state.
@@ -317,11 +310,7 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
       drafter->draft_greedy(*st, first, r.hidden, 1);
       be.set_profiling(false);
       drafter->rewind(P);
-      auto prof = be.take_profile();
-      double total = 0;
-      for (const auto& [name, secs] : prof) total += secs;
-      std::printf("one drafter step by operation (device time: %.3f ms in all):\n", 1e3 * total);
-      print_profile(prof);
+      print_profile("drafter step", be.take_profile());
     }
 
     // Random weights are never accepted, so speculation's speed at a given acceptance is measured by forcing it:

@@ -106,12 +106,6 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
   // Greedy choices without penalties, a grammar or logprobs need only each row's argmax: it is taken where the
   // logits are (on the device) and one id per row comes back instead of the whole vocabulary.
   const bool argmax_only = o.sampling.greedy() && !o.sampling.has_penalties() && !o.grammar && !want_logprobs;
-  auto argmax_rows = [&](const Tensor& lg) {
-    Tensor values, ids;
-    ops::topk(lg, 1, &values, &ids);
-    Tensor h = ops::to_host(ids);
-    return std::vector<int32_t>(h.data<int32_t>(), h.data<int32_t>() + h.numel());
-  };
   // Every other choice reads the sampler's inputs from the rows where they are (candidates from a device).
   RowSampler rows(sampler, V, o.sampling_path, o.sampling_candidates);
   Tensor hidden = r.hidden;
@@ -134,7 +128,8 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
   auto advance = [&](int32_t tok) {
     if (matcher) VATIC_CHECK(matcher->accept(tok), "token {} is outside the grammar", tok);
   };
-  int32_t next = argmax_only ? argmax_rows(r.logits)[0] : rows.sample(rows.row_distribution(r.logits, 0, {}, mask_at(0)));
+  int32_t next = argmax_only ? ops::argmax_rows(r.logits)[0]
+                             : rows.sample(rows.row_distribution(r.logits, 0, {}, mask_at(0)));
   advance(next);
 
   DepthController* depth = depth_;
@@ -202,7 +197,7 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
       if (drafter_ && drafter_->wants_hidden()) drafter_->observe({next}, s.hidden, pos);
       hidden = s.hidden;
       if (argmax_only) {
-        next = argmax_rows(s.logits)[0];
+        next = ops::argmax_rows(s.logits)[0];
       } else {
         next = rows.sample(rows.row_distribution(s.logits, 0, {}, mask_at(0)));
         next_logits = s.logits;
@@ -239,7 +234,7 @@ GenerateStats Generator::generate(SequenceState& state, const std::vector<int32_
     if (matcher) mask_at(chain.size());  // the bonus position
     ForwardResult vr = model_.forward(state, verify, k + 1);
     std::vector<int32_t> best;  // argmax_only: the target's choice at each verified position
-    if (argmax_only) best = argmax_rows(vr.logits);
+    if (argmax_only) best = ops::argmax_rows(vr.logits);
     int accepted = 0;
     int32_t follow = -1;
     std::vector<int32_t> hist = {next};

@@ -7,9 +7,7 @@ std::vector<int32_t> Drafter::draft_greedy(SequenceState& target_state, int32_t 
                                            const Tensor& last_hidden, int steps) {
   std::vector<int32_t> ids;
   draft(target_state, last_token, last_hidden, steps, [&](const Tensor& logits) {
-    Tensor values, index;
-    ops::topk(logits, 1, &values, &index);
-    ids.push_back(ops::to_host(index).data<int32_t>()[0]);
+    ids.push_back(ops::argmax_rows(logits)[0]);
     return ids.back();
   });
   return ids;

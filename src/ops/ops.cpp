@@ -227,6 +227,12 @@ void topk(const Tensor& a, int k, Tensor* values, Tensor* indices) {
   *indices = empty_like(a, s, DType::I32);
   backend_of(a).topk(contiguous(a), k, *values, *indices);
 }
+std::vector<int32_t> argmax_rows(const Tensor& a) {
+  Tensor values, ids;
+  topk(a, 1, &values, &ids);
+  Tensor h = to_host(ids);
+  return std::vector<int32_t>(h.data<int32_t>(), h.data<int32_t>() + h.numel());
+}
 Tensor concat_cols(const Tensor& a, const Tensor& b) {
   const int64_t T = a.dim(0), A = a.dim(1), B = b.dim(1);
   Tensor y = empty_like(a, {T, A + B});

@@ -65,6 +65,8 @@ Tensor matmul_gated(const Tensor& x, const Linear& w, const Tensor& m, Unary act
 Tensor softcap(const Tensor& a, float cap);
 Tensor softmax(const Tensor& a);
 void topk(const Tensor& a, int k, Tensor* values, Tensor* indices);
+// Each row's argmax (ties to the lower index, as topk), taken where the rows are; only the ids come to the host.
+std::vector<int32_t> argmax_rows(const Tensor& a);
 // Mixture of experts (see Backend::matmul_experts / combine_rows / route).
 Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts);  // [experts.numel(), N]
 Tensor combine_rows(const Tensor& rows, const Tensor& weights);                 // [T, D]

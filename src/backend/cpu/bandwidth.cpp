@@ -1,10 +1,10 @@
 #include "backend/cpu/bandwidth.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstring>
 #include <fstream>
-#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -18,7 +18,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double seconds_since(Clock::time_point t0) {
+  return std::chrono::duration<double>(Clock::now() - t0).count();
+}
 
 std::string cpu_model() {
   std::ifstream f("/proc/cpuinfo");
@@ -31,18 +33,12 @@ std::string cpu_model() {
   return "unknown CPU";
 }
 
-// Runs f(start, end) on each thread's share of [0, n).
-template <typename F>
-void split(int64_t n, F&& f) {
-  parallel_ranges(n, true, f);
-}
-
 }  // namespace
 
 MemoryBandwidth measure_bandwidth(size_t bytes, int reps) {
   const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
   std::unique_ptr<float[]> a(new float[n]), b(new float[n]);
-  split(n, [&](int64_t s, int64_t e) {
+  parallel_ranges(n, true, [&](int64_t s, int64_t e) {
     for (int64_t i = s; i < e; i++) {
       a[i] = static_cast<float>(i & 1023) * 1e-3f;
       b[i] = 0.0f;
@@ -69,7 +65,7 @@ MemoryBandwidth measure_bandwidth(size_t bytes, int reps) {
     std::vector<float> part(static_cast<size_t>(pool().threads()), 0.0f);  // one sum per range
     std::atomic<int> ranges{0};
     auto t0 = Clock::now();
-    split(n, [&](int64_t s, int64_t e) {
+    parallel_ranges(n, true, [&](int64_t s, int64_t e) {
       part[static_cast<size_t>(ranges.fetch_add(1, std::memory_order_relaxed))] =
           k.dot_f32(a.get() + s, a.get() + s, e - s);
     });
@@ -79,11 +75,13 @@ MemoryBandwidth measure_bandwidth(size_t bytes, int reps) {
     sink = sink + total;
     bw.read_gbs = std::max(bw.read_gbs, static_cast<double>(bytes) / dt / 1e9);
     t0 = Clock::now();
-    split(n, [&](int64_t s, int64_t e) { std::memcpy(b.get() + s, a.get() + s, (e - s) * sizeof(float)); });
+    parallel_ranges(n, true, [&](int64_t s, int64_t e) {
+      std::memcpy(b.get() + s, a.get() + s, (e - s) * sizeof(float));
+    });
     dt = seconds_since(t0);
     bw.copy_gbs = std::max(bw.copy_gbs, 2.0 * static_cast<double>(bytes) / dt / 1e9);
     t0 = Clock::now();
-    split(rows, [&](int64_t s, int64_t e) { k.gemm_f32(g, s, e); });
+    parallel_ranges(rows, true, [&](int64_t s, int64_t e) { k.gemm_f32(g, s, e); });
     dt = seconds_since(t0);
     bw.matvec_gbs = std::max(bw.matvec_gbs, static_cast<double>(rows) * 2048 * 4 / dt / 1e9);
   }

@@ -107,6 +107,36 @@ std::pair<Tensor, Tensor> Gemma4Assistant::step(KvState& st, const Tensor& token
   return {head(y), ops::matmul(y, post_projection_)};
 }
 
+bool Gemma4Assistant::ready(StepGraph& g, KvState& st, const std::function<void()>& work) {
+  if (g.graph && g.state == &st && g.layout == st.layout()) return true;
+  const Device dev = target_.device();
+  g.graph.reset();
+  g.token = backend_for(dev).empty({1}, DType::I32);
+  g.position = backend_for(dev).empty({1}, DType::I32);
+  g.h = backend_for(dev).empty({1, cfg_.backbone_hidden_size}, DType::F32);
+  try {
+    g.graph = ops::record(dev, work);
+  } catch (const DeviceError&) {
+    throw;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "vatic: device graphs are off for the drafter: %s\n", e.what());
+    graphs_ = false;
+    graph_ = StepGraph{};
+    chains_.clear();
+    return false;
+  }
+  g.state = &st;
+  g.layout = st.layout();
+  return true;
+}
+
+void Gemma4Assistant::feed(StepGraph& g, int32_t position, int32_t token, const Tensor& h) {
+  const Device dev = target_.device();
+  ops::copy_into(ops::ids({position}, dev), g.position);
+  ops::copy_into(h.reshape({1, cfg_.backbone_hidden_size}), g.h);
+  ops::copy_into(ops::ids({token}, dev), g.token);
+}
+
 std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t last_token, const Tensor& last_hidden,
                                            int steps, const std::function<int32_t(const Tensor& logits)>& choose) {
   auto& st = static_cast<KvState&>(target_state);
@@ -119,28 +149,10 @@ std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t 
     // The steps replay one recorded graph: it reads the target's caches in place, so it is recorded again when
     // their buffers move.
     StepGraph& g = graph_;
-    if (!g.graph || g.state != &st || g.layout != st.layout()) {
-      g = StepGraph{};
-      g.token = backend_for(dev).empty({1}, DType::I32);
-      g.position = backend_for(dev).empty({1}, DType::I32);
-      g.h = backend_for(dev).empty({1, cfg_.backbone_hidden_size}, DType::F32);
-      try {
-        g.graph = ops::record(dev, [&] { std::tie(g.logits, g.h_next) = step(st, g.token, g.position, g.h); });
-      } catch (const DeviceError&) {
-        throw;
-      } catch (const std::exception& e) {
-        std::fprintf(stderr, "vatic: device graphs are off for the drafter: %s\n", e.what());
-        graphs_ = false;
-        g = StepGraph{};
-      }
-      g.state = &st;
-      g.layout = st.layout();
-    }
-    if (g.graph) {
-      ops::copy_into(ops::ids({p}, dev), g.position);
-      ops::copy_into(h, g.h);
+    if (ready(g, st, [&] { std::tie(g.logits, g.h_next) = step(st, g.token, g.position, g.h); })) {
+      feed(g, p, t, h);
       for (int s = 0; s < steps; s++) {
-        ops::copy_into(ops::ids({t}, dev), g.token);
+        if (s > 0) ops::copy_into(ops::ids({t}, dev), g.token);
         g.graph->replay();
         Tensor logits = ops::empty_like(g.logits, g.logits.shape());
         ops::copy_into(g.logits, logits);
@@ -165,41 +177,21 @@ std::vector<int32_t> Gemma4Assistant::draft_greedy(SequenceState& target_state, 
                                                    const Tensor& last_hidden, int steps) {
   if (!graphs_ || steps <= 0) return Drafter::draft_greedy(target_state, last_token, last_hidden, steps);
   auto& st = static_cast<KvState&>(target_state);
-  const Device dev = target_.device();
   ChainGraph& g = chains_[steps];
-  if (!g.graph || g.state != &st || g.layout != st.layout()) {
-    g = ChainGraph{};
-    Backend& be = backend_for(dev);
-    g.token = be.empty({1}, DType::I32);
-    g.position = be.empty({1}, DType::I32);
-    g.h = be.empty({1, cfg_.backbone_hidden_size}, DType::F32);
-    g.ids = be.empty({steps}, DType::I32);
-    try {
-      g.graph = ops::record(dev, [&] {
-        Tensor t = g.token, h = g.h;
-        for (int s = 0; s < steps; s++) {
-          auto [logits, h_next] = step(st, t, g.position, h);
-          Tensor value, index;
-          ops::topk(logits, 1, &value, &index);
-          t = index.reshape({1});
-          ops::copy_into(t, g.ids.slice(0, s, s + 1));
-          h = h_next;
-        }
-      });
-    } catch (const DeviceError&) {
-      throw;
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "vatic: device graphs are off for the drafter: %s\n", e.what());
-      graphs_ = false;
-      chains_.clear();
-      return Drafter::draft_greedy(target_state, last_token, last_hidden, steps);
+  if (!g.ids.defined()) g.ids = backend_for(target_.device()).empty({steps}, DType::I32);
+  const bool recorded = ready(g, st, [&] {
+    Tensor t = g.token, h = g.h;
+    for (int s = 0; s < steps; s++) {
+      auto [logits, h_next] = step(st, t, g.position, h);
+      Tensor value, index;
+      ops::topk(logits, 1, &value, &index);
+      t = index.reshape({1});
+      ops::copy_into(t, g.ids.slice(0, s, s + 1));
+      h = h_next;
     }
-    g.state = &st;
-    g.layout = st.layout();
-  }
-  ops::copy_into(ops::ids({static_cast<int32_t>(st.length())}, dev), g.position);
-  ops::copy_into(last_hidden.reshape({1, cfg_.backbone_hidden_size}), g.h);
-  ops::copy_into(ops::ids({last_token}, dev), g.token);
+  });
+  if (!recorded) return Drafter::draft_greedy(target_state, last_token, last_hidden, steps);
+  feed(g, static_cast<int32_t>(st.length()), last_token, last_hidden);
   g.graph->replay();
   Tensor ids = ops::to_host(g.ids);
   return std::vector<int32_t>(ids.data<int32_t>(), ids.data<int32_t>() + steps);

@@ -37,6 +37,11 @@ class Gemma4Assistant final : public Drafter {
     Tensor logits, h_next;      // outputs, overwritten by each replay
   };
   StepGraph graph_;
+  // Readies `g` for the target's caches in `st`: when it has no graph or those caches moved, allocates its inputs
+  // and records `work` (which reads them) into it. False when recording fails: graphs are then off for the drafter.
+  bool ready(StepGraph& g, KvState& st, const std::function<void()>& work);
+  // Fills a graph's inputs: the query position, the first step's token and hidden row.
+  void feed(StepGraph& g, int32_t position, int32_t token, const Tensor& h);
   // Greedy chains by depth: `token` holds the first step's token, `ids` [depth] the chosen ids (h_next is unused).
   struct ChainGraph : StepGraph {
     Tensor ids;

@@ -138,6 +138,18 @@ class Backend {
     add_rms_norm(x, f, w, eps, s, y);
     rms_norm(y, w_next, eps, n);
   }
+  // add_rms_norm (n null) or add_rms_norm_norm (into n) of the branch f = a · Wᵀ: a block's output projection with
+  // the residual add (and the next block's input norm) after it. One op so that an accelerator finishes the rows in
+  // the projection's launch; the default runs the matmul, then the norm op.
+  virtual void matmul_add_rms_norm(const Tensor& a, const Linear& W, const Tensor& x, const Tensor* w, float eps,
+                                   float s, const Tensor& y, const Tensor* w_next, const Tensor* n) {
+    Tensor f = empty(y.shape(), DType::F32);
+    matmul(a, W, f, false);
+    if (n)
+      add_rms_norm_norm(x, f, w, eps, s, y, w_next, *n);
+    else
+      add_rms_norm(x, f, w, eps, s, y);
+  }
   // y = rope(rms_norm(x)·w) for x, y [T, H, D] contiguous F32: a query or key head's norm and rotation in one pass
   // (rope as rope() does it, with positions I32 [T]). The default runs the two.
   virtual void rms_norm_rope(const Tensor& x, const Tensor* w, float eps, const Tensor& positions,

@@ -131,6 +131,29 @@ ResidualAndNorm add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor
                          w_next.defined() ? &w_next : nullptr, r.normed);
   return r;
 }
+namespace {
+void check_projection(const char* op, const Tensor& a, const Linear& w_out, const Tensor& x) {
+  VATIC_CHECK(a.ndim() == 2 && x.ndim() == 2 && a.dim(0) == x.dim(0) && w_out.in_features() == a.dim(1) &&
+                  w_out.out_features() == x.dim(1),
+              "{}: {} · W{} onto {}", op, a.describe(), w_out.weight.describe(), x.describe());
+}
+}  // namespace
+Tensor matmul_add_rms_norm(const Tensor& a, const Linear& w_out, const Tensor& x, const Tensor& w, float eps, float s) {
+  check_projection("matmul_add_rms_norm", a, w_out, x);
+  Tensor y = empty_like(x, x.shape());
+  backend_of_all("matmul_add_rms_norm", a, w_out.weight, w_out.scales, w_out.biases, x, w)
+      .matmul_add_rms_norm(a, w_out, contiguous(x), w.defined() ? &w : nullptr, eps, s, y, nullptr, nullptr);
+  return y;
+}
+ResidualAndNorm matmul_add_rms_norm_norm(const Tensor& a, const Linear& w_out, const Tensor& x, const Tensor& w,
+                                         float eps, float s, const Tensor& w_next) {
+  check_projection("matmul_add_rms_norm", a, w_out, x);
+  ResidualAndNorm r{empty_like(x, x.shape()), empty_like(x, x.shape())};
+  backend_of_all("matmul_add_rms_norm", a, w_out.weight, w_out.scales, w_out.biases, x, w, w_next)
+      .matmul_add_rms_norm(a, w_out, contiguous(x), w.defined() ? &w : nullptr, eps, s, r.residual,
+                           w_next.defined() ? &w_next : nullptr, &r.normed);
+  return r;
+}
 void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) {
   backend_of_all("rope", x, positions, inv_freq).rope(x, positions, inv_freq, interleaved);
 }

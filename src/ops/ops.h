@@ -39,6 +39,13 @@ struct ResidualAndNorm {
 };
 ResidualAndNorm add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s,
                                   const Tensor& w_next);
+// add_rms_norm(x, matmul(a, w_out), w, eps, s) and add_rms_norm_norm(x, matmul(a, w_out), ...): a block's output
+// projection with the residual add (and the next block's input norm) after it, in one op (see
+// Backend::matmul_add_rms_norm).
+Tensor matmul_add_rms_norm(const Tensor& a, const Linear& w_out, const Tensor& x, const Tensor& w, float eps,
+                           float s = 1.0f);
+ResidualAndNorm matmul_add_rms_norm_norm(const Tensor& a, const Linear& w_out, const Tensor& x, const Tensor& w,
+                                         float eps, float s, const Tensor& w_next);
 void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved);
 // rope(rms_norm(x, w)) for x [T, H, D] (neox or interleaved pairs, as rope_inplace).
 Tensor rms_norm_rope(const Tensor& x, const Tensor& w, float eps, const Tensor& positions, const Tensor& inv_freq,

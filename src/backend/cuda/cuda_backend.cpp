@@ -258,6 +258,11 @@ class CudaBackend final : public Backend {
     CUDA_OK(cudaMallocHost(reinterpret_cast<void**>(&flag_host_), 2 * sizeof(int)), "cudaMallocHost");
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&flag_dev_), 2 * sizeof(int)), "cudaMalloc");
     CUDA_OK(cudaMemset(flag_dev_, 0, 2 * sizeof(int)), "cudaMemset");
+    // The counters by which a fused launch's last blocks find out that they are the last (zero between launches;
+    // launches on the stream run one after another, so they share them).
+    const size_t counters = sizeof(unsigned) * cuda::kAttentionCounters;
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&counter_dev_), counters), "cudaMalloc");
+    CUDA_OK(cudaMemset(counter_dev_, 0, counters), "cudaMemset");
   }
 
   Device device() const override { return device_; }
@@ -505,6 +510,36 @@ class CudaBackend final : public Backend {
     check_launch("add_rms_norm");
   }
 
+  void matmul_add_rms_norm(const Tensor& a, const Linear& W, const Tensor& x, const Tensor* w, float eps, float s,
+                           const Tensor& y, const Tensor* w_next, const Tensor* n) override {
+    const int64_t T = a.ndim() == 2 ? a.dim(0) : 0, K = a.ndim() == 2 ? a.dim(1) : 0, N = W.out_features();
+    const bool fits = T >= 1 && T <= 8 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
+                      (!W.quantized() || K % W.group == 0) && x.dtype() == DType::F32 && x.is_contiguous() &&
+                      y.is_contiguous() && x.numel() == T * N && y.numel() == T * N &&
+                      (!n || (n->is_contiguous() && n->numel() == T * N));
+    if (fits) {
+      bind();
+      const Tensor wf = norm_weight(w, N, "add_rms_norm"), wn = n ? norm_weight(w_next, N, "rms_norm") : Tensor();
+      Tensor f = empty({T, N}, DType::F32);
+      cuda::ResidualNorm r;
+      r.res = x.data<float>();
+      r.w = w ? wf.data<float>() : nullptr;
+      r.w2 = n && w_next ? wn.data<float>() : nullptr;
+      r.eps = eps;
+      r.scale = s;
+      r.f = f.data<float>();
+      r.y = y.data<float>();
+      r.n = n ? n->data<float>() : nullptr;
+      r.counter = counter_dev_;
+      Timed timed_(*this, "matmul_add_rms_norm (gemv)");
+      if (cuda::gemv_residual_norm(a.data<float>(), a.stride(0), static_cast<int>(T), weight(W), N, K, r, stream_)) {
+        check_launch("matmul_add_rms_norm");
+        return;
+      }
+    }
+    Backend::matmul_add_rms_norm(a, W, x, w, eps, s, y, w_next, n);
+  }
+
   void rms_norm_rope(const Tensor& x, const Tensor* w, float eps, const Tensor& positions, const Tensor& inv_freq,
                      bool interleaved, const Tensor& y) override {
     Timed timed_(*this, "rms_norm_rope");
@@ -656,7 +691,7 @@ class CudaBackend final : public Backend {
     const size_t scratch_floats = cuda::attention_scratch_floats(a);
     Tensor scratch;
     if (scratch_floats) scratch = empty({static_cast<int64_t>(scratch_floats)}, DType::F32);
-    cuda::attention(a, scratch_floats ? scratch.data<float>() : nullptr, stream_);
+    cuda::attention(a, scratch_floats ? scratch.data<float>() : nullptr, counter_dev_, stream_);
     check_launch("attention");
   }
 
@@ -1018,6 +1053,7 @@ class CudaBackend final : public Backend {
   Staging staging_[2];
   int* flag_host_ = nullptr;
   int* flag_dev_ = nullptr;
+  unsigned* counter_dev_ = nullptr;
   bool profiling_ = false;
   bool recording_ = false;
   int next_graph_ = 0;

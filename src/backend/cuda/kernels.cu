@@ -387,14 +387,91 @@ struct GemvJob {
   int act;
   int64_t K;
   bool accumulate;
+  ResidualNorm rn;  // applied after the products when rn.counter is set (EPI 0 only)
 };
 
-// The decode GEMV: each warp computes R consecutive output rows for up to TT input rows, reading 16-byte chunks of
-// each weight row (8 bf16 values, or 4 words of 4/8-bit codes from one quantization group) so that every x value
-// loaded serves R rows. `parts` warps of a block (1, 2 or 4) split K when there are too few rows to fill the GPU.
-// The epilogue: EPI 0 writes (or adds) the products; EPI 1 (gated pairs) reads R/2 rows of w[0] (gate) and the
-// same R/2 rows of w[1] (up) and writes act(gate) · up; EPI 2 writes act(product) · m[t, n]; EPI 3 writes each
-// row to its matrix's output.
+// Threads that compute one row of a residual norm, whatever the block's size: the fused GEMV's last block (128 or
+// 512 threads) and the standalone kernel (128) then sum in the same order, so a row has the same bits either way.
+constexpr int kNormThreads = 128;
+
+// y = (x + f · inv_rms(f) · w) · s and, with n, n = y · inv_rms(y) · w2, for one row of D by the block's first
+// kNormThreads threads (every thread of the block calls it; the others add nothing to the sums). Loads go eight at
+// a time; f is read from L2 (other blocks of a fused launch wrote it).
+__device__ void residual_norm_row(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
+                                  float* y, const float* w2, float* n, float* scratch) {
+  // Rounded intrinsics throughout: the compiler contracts nothing, whichever kernel this is inlined into.
+  constexpr int U = 8;
+  const bool in = threadIdx.x < kNormThreads;
+  const float Df = static_cast<float>(D);
+  float ss = 0.0f;
+  for (int64_t i0 = threadIdx.x; in && i0 < D; i0 += kNormThreads * U) {
+    float v[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t i = i0 + u * kNormThreads;
+      v[u] = i < D ? __ldcg(f + i) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) ss = __fadd_rn(ss, __fmul_rn(v[u], v[u]));
+  }
+  const float inv = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(block_sum(ss, scratch), Df), eps)));
+  float ss2 = 0.0f;
+  for (int64_t i0 = threadIdx.x; in && i0 < D; i0 += kNormThreads * U) {
+    float fv[U], xv[U], wv[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t i = i0 + u * kNormThreads;
+      fv[u] = i < D ? __ldcg(f + i) : 0.0f;
+      xv[u] = i < D ? x[i] : 0.0f;
+      wv[u] = i < D && w ? w[i] : 1.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t i = i0 + u * kNormThreads;
+      if (i >= D) break;
+      const float nv = w ? __fmul_rn(__fmul_rn(fv[u], inv), wv[u]) : __fmul_rn(fv[u], inv);
+      float v = __fadd_rn(xv[u], nv);
+      if (s != 1.0f) v = __fmul_rn(v, s);
+      y[i] = v;
+      ss2 = __fadd_rn(ss2, __fmul_rn(v, v));
+    }
+  }
+  if (!n) return;
+  const float inv2 = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(block_sum(ss2, scratch), Df), eps)));
+  for (int64_t i0 = threadIdx.x; in && i0 < D; i0 += kNormThreads * U) {
+    float yv[U], wv[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t i = i0 + u * kNormThreads;
+      yv[u] = i < D ? y[i] : 0.0f;
+      wv[u] = i < D && w2 ? w2[i] : 1.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t i = i0 + u * kNormThreads;
+      if (i < D) n[i] = w2 ? __fmul_rn(__fmul_rn(yv[u], inv2), wv[u]) : __fmul_rn(yv[u], inv2);
+    }
+  }
+}
+
+// Called by every thread of every block of a one-row GEMV launch once its outputs are written: the block that
+// finishes last applies the residual norm to the row and zeroes the counter for the next launch.
+__device__ __forceinline__ void residual_norm_tail(const ResidualNorm r, int64_t D) {
+  __shared__ unsigned ticket;
+  __shared__ float scratch[32];
+  // The block's outputs (ordered before thread 0's fence by the barrier) are visible before the block is counted.
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    ticket = atomicAdd(r.counter, 1u);
+  }
+  __syncthreads();
+  if (ticket != gridDim.x - 1) return;
+  __threadfence();
+  residual_norm_row(r.res, r.f, r.w, D, r.eps, r.scale, r.y, r.w2, r.n, scratch);
+  if (threadIdx.x == 0) *r.counter = 0u;
+}
+
 template <int TT, int R, int BITS, int EPI>
 __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int parts) {
   pdl_begin();
@@ -535,28 +612,30 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
     *out = j.accumulate ? *out + v : v;
   };
   if (parts == 1) {
-    if (lane != 0) return;
+    if (lane == 0) {
 #pragma unroll
-    for (int r = 0; r < RO; r++)
+      for (int r = 0; r < RO; r++)
 #pragma unroll
-      for (int t = 0; t < TT; t++) {
-        if (t >= T) break;
-        finish(r, t, acc[r][t], EPI == 1 ? acc[(r + RO) % R][t] : 0.0f);
+        for (int t = 0; t < TT; t++) {
+          if (t >= T) break;
+          finish(r, t, acc[r][t], EPI == 1 ? acc[(r + RO) % R][t] : 0.0f);
+        }
+    }
+  } else {
+    __syncthreads();
+    if (part == 0 && lane < RO * TT) {
+      const int r = lane / TT, t = lane % TT;
+      if (t < T) {
+        float v = 0.0f, v2 = 0.0f;
+        for (int p = 0; p < parts; p++) {
+          v += partial[warp + p][r][t];
+          if (EPI == 1) v2 += partial[warp + p][(r + RO) % R][t];
+        }
+        finish(r, t, v, v2);
       }
-    return;
-  }
-  __syncthreads();
-  if (part == 0 && lane < RO * TT) {
-    const int r = lane / TT, t = lane % TT;
-    if (t < T) {
-      float v = 0.0f, v2 = 0.0f;
-      for (int p = 0; p < parts; p++) {
-        v += partial[warp + p][r][t];
-        if (EPI == 1) v2 += partial[warp + p][(r + RO) % R][t];
-      }
-      finish(r, t, v, v2);
     }
   }
+  if (EPI == 0 && j.rn.counter) residual_norm_tail(j.rn, N);
 }
 
 // ---------------------------------------------------------------- tensor-core GEMV for bf16 weights
@@ -671,20 +750,23 @@ __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob 
   float v[4], v2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
 #pragma unroll
   for (int i = 0; i < 4; i++) v[i] = (acc[0][i] + acc[1][i]) + acc[2][i];
+  bool writer = true;  // the warp that writes the tile's outputs
   if (span > 1) {
 #pragma unroll
     for (int i = 0; i < 4; i++) partial[warp][i][lane] = v[i];
     __syncthreads();
-    if (warp != lead) return;
+    writer = warp == lead;
+    if (writer) {
 #pragma unroll
-    for (int i = 0; i < 4; i++) {
-      float sum = partial[lead][i][lane];
-      for (int p = 1; p < parts; p++) sum += partial[lead + p][i][lane];
-      v[i] = sum;
-      if (EPI == 1) {
-        float up = partial[lead + parts][i][lane];
-        for (int p = 1; p < parts; p++) up += partial[lead + parts + p][i][lane];
-        v2[i] = up;
+      for (int i = 0; i < 4; i++) {
+        float sum = partial[lead][i][lane];
+        for (int p = 1; p < parts; p++) sum += partial[lead + p][i][lane];
+        v[i] = sum;
+        if (EPI == 1) {
+          float up = partial[lead + parts][i][lane];
+          for (int p = 1; p < parts; p++) up += partial[lead + parts + p][i][lane];
+          v2[i] = up;
+        }
       }
     }
   }
@@ -692,7 +774,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob 
   for (int i = 0; i < 4; i++) {
     const int tok = 2 * t + (i & 1);
     const int64_t n = n0 + g + 8 * (i >> 1);
-    if (tok >= T || n >= N) continue;
+    if (!writer || tok >= T || n >= N) continue;
     float val = v[i];
     if (EPI == 1) val = activate(j.act, val) * v2[i];
     if (EPI == 2) val = activate(j.act, val) * j.m[tok * j.ldm + n];
@@ -700,6 +782,7 @@ __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob 
     float* out = j.y[seg] + tok * j.ldy[seg] + local(n, seg);
     *out = j.accumulate ? *out + val : val;
   }
+  if (EPI == 0 && j.rn.counter) residual_norm_tail(j.rn, N);
 }
 
 // x [T, K] (row stride ldx) as three bf16 planes [3][T, K]: hi, mid and lo parts with hi + mid + lo = x.
@@ -800,25 +883,13 @@ __global__ void rms_norm_kernel(const float* x, const float* w, int64_t D, float
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
 }
 
-// y = (x + f · inv_rms(f) · w) · s, the same float operations as rms_norm_kernel, binary add and scale in turn;
-// with n, then n = rms_norm(y)·w2 as rms_norm_kernel computes it (each thread reads back the y it wrote).
+// One row of a residual norm per block of kNormThreads (see residual_norm_row).
 __global__ void add_rms_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
                                     float* y, const float* w2, float* n) {
   pdl_begin();
   __shared__ float scratch[32];
-  const float* fr = f + blockIdx.x * D;
-  const float* xr = x + blockIdx.x * D;
-  float* yr = y + blockIdx.x * D;
-  const float inv = inv_rms(fr, D, eps, scratch);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
-    const float nv = w ? fr[i] * inv * w[i] : fr[i] * inv;
-    const float v = xr[i] + nv;
-    yr[i] = s != 1.0f ? v * s : v;
-  }
-  if (!n) return;
-  float* nr = n + blockIdx.x * D;
-  const float inv2 = inv_rms(yr, D, eps, scratch);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) nr[i] = w2 ? yr[i] * inv2 * w2[i] : yr[i] * inv2;
+  const int64_t b = blockIdx.x;
+  residual_norm_row(x + b * D, f + b * D, w, D, eps, s, y + b * D, w2, n ? n + b * D : nullptr, scratch);
 }
 
 // rms_norm_kernel over one head row [D] of x [T, H, D], then rope_kernel's rotation of its pairs, in one block (the
@@ -881,9 +952,41 @@ constexpr int kAccPerLane = kMaxAttentionDv / 32;
 
 // One block per (query, head): each of 16 warps streams its share of the keys with an online softmax, then the
 // warps merge.
+// The splits of one (query, head) merged into its output: their (max, denominator, numerators) rows in `part`,
+// read from L2 (other blocks wrote them). Each split's weight is taken once, by one thread; the numerators' loads
+// over the splits are independent, so they overlap.
+__device__ void merge_splits(const AttentionArgs& a, const float* part, int splits, int64_t t, int64_t h) {
+  __shared__ float wts[kAttentionCounters];
+  __shared__ float red[32];
+  const int64_t row = a.Dv + 2;
+  float m = -INFINITY;
+  for (int i = threadIdx.x; i < splits; i += blockDim.x) m = fmaxf(m, __ldcg(part + i * row));
+  const float M = block_max(m, red);
+  float den = 0.0f;
+  for (int i = threadIdx.x; i < splits; i += blockDim.x) {
+    const float mi = __ldcg(part + i * row);
+    const float wi = mi == -INFINITY ? 0.0f : expf(mi - M);
+    wts[i] = wi;
+    if (mi != -INFINITY) den += wi * __ldcg(part + i * row + 1);
+  }
+  den = block_sum(den, red);  // its barriers also publish wts
+  float* o = a.out + t * a.soT + h * a.soH;
+  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
+    if (M == -INFINITY) {
+      o[d] = 0.0f;
+      continue;
+    }
+    float num = 0.0f;
+#pragma unroll 8
+    for (int i = 0; i < splits; i++) num += wts[i] * __ldcg(part + i * row + 2 + d);
+    o[d] = num / den;
+  }
+}
+
 // With gridDim.y > 1 (splits of the keys, for few queries over many keys), each block handles one split and leaves
-// (max, denominator, numerators) in `partial` for attention_combine_kernel.
-__global__ void __launch_bounds__(32 * kAttnWarps, 2) attention_kernel(AttentionArgs a, float* partial) {
+// (max, denominator, numerators) in `partial`; the last of a (query, head)'s splits to finish merges them.
+__global__ void __launch_bounds__(32 * kAttnWarps, 2) attention_kernel(AttentionArgs a, float* partial,
+                                                                       unsigned* counters) {
   pdl_begin();
   extern __shared__ float smem[];
   float* qs = smem;                          // [D]
@@ -962,6 +1065,18 @@ __global__ void __launch_bounds__(32 * kAttnWarps, 2) attention_kernel(Attention
         part[1] = den;
     }
     if (threadIdx.x == 0) part[0] = M;
+    // Counted once this block's row is visible; the last split of this (query, head) merges them all.
+    __shared__ unsigned ticket;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      ticket = atomicAdd(counters + blockIdx.x, 1u);
+    }
+    __syncthreads();
+    if (ticket != gridDim.y - 1) return;
+    __threadfence();
+    merge_splits(a, partial + static_cast<int64_t>(blockIdx.x) * gridDim.y * (a.Dv + 2), gridDim.y, t, h);
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
     return;
   }
   float* o = a.out + t * a.soT + h * a.soH;
@@ -976,32 +1091,6 @@ __global__ void __launch_bounds__(32 * kAttnWarps, 2) attention_kernel(Attention
       const float c = expf(ms[w] - M);
       num += c * accs[w * a.Dv + d];
       den += c * ls[w];
-    }
-    o[d] = num / den;
-  }
-}
-
-__global__ void attention_combine_kernel(AttentionArgs a, const float* partial, int splits) {
-  pdl_begin();
-  const int64_t t = blockIdx.x / a.Hq, h = blockIdx.x % a.Hq;
-  const float* part = partial + static_cast<int64_t>(blockIdx.x) * splits * (a.Dv + 2);
-  float M = -INFINITY;
-  for (int i = 0; i < splits; i++) M = fmaxf(M, part[i * (a.Dv + 2)]);
-  float den = 0.0f;
-  for (int i = 0; i < splits; i++) {
-    const float m = part[i * (a.Dv + 2)];
-    if (m != -INFINITY) den += expf(m - M) * part[i * (a.Dv + 2) + 1];
-  }
-  float* o = a.out + t * a.soT + h * a.soH;
-  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) {
-    if (M == -INFINITY) {
-      o[d] = 0.0f;
-      continue;
-    }
-    float num = 0.0f;
-    for (int i = 0; i < splits; i++) {
-      const float m = part[i * (a.Dv + 2)];
-      if (m != -INFINITY) num += expf(m - M) * part[i * (a.Dv + 2) + 2 + d];
     }
     o[d] = num / den;
   }
@@ -1474,6 +1563,15 @@ bool gemv_gated(const float* x, int64_t ldx, int T, const Weight& gate, const We
   return true;
 }
 
+bool gemv_residual_norm(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K,
+                        const ResidualNorm& r, cudaStream_t s) {
+  if (T != 1 || !chunks_fit(x, ldx, w, K) || !r.counter) return false;
+  GemvJob j = gemv_job(x, ldx, T, w, N, K, r.f, N, false);
+  j.rn = r;
+  launch_gemv_chunks_epi<0>(j, s);
+  return true;
+}
+
 bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, const int64_t* N, int64_t K,
                float* const* y, const int64_t* ldy, cudaStream_t s) {
   if (T < 1 || T > 8 || count < 1 || count > kGemvSegments) return false;
@@ -1529,15 +1627,14 @@ void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
                   float* y, cudaStream_t s) {
   if (rows == 0) return;
-  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, f, w, D, eps, scale, y,
+  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y,
          static_cast<const float*>(nullptr), static_cast<float*>(nullptr));
 }
 
 void add_rms_norm_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps,
                        float scale, float* y, const float* w2, float* n, cudaStream_t s) {
   if (rows == 0) return;
-  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, f, w, D, eps, scale, y,
-         w2, n);
+  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y, w2, n);
 }
 
 void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t D, float eps, const int32_t* pos,
@@ -1576,7 +1673,7 @@ int attention_splits(const AttentionArgs& a) {
   // keys so that there are up to a thousand blocks, each with at least 16 keys (one per warp).
   const int64_t blocks = a.T * a.Hq;
   int64_t splits = 1;
-  while (blocks * splits * 2 <= 1024 && a.S / (splits * 2) >= 16) splits *= 2;
+  while (blocks * splits * 2 <= 1024 && a.S / (splits * 2) >= 16 && blocks <= kAttentionCounters) splits *= 2;
   return static_cast<int>(splits);
 }
 
@@ -1585,7 +1682,7 @@ size_t attention_scratch_floats(const AttentionArgs& a) {
   return splits > 1 ? static_cast<size_t>(a.T * a.Hq * splits * (a.Dv + 2)) : 0;
 }
 
-void attention(const AttentionArgs& a, float* scratch, cudaStream_t s) {
+void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaStream_t s) {
   if (a.T * a.Hq == 0) return;
   const size_t smem = sizeof(float) * (a.D + kAttnWarps * a.Dv + 2 * kAttnWarps);
   static bool raised = false;
@@ -1595,8 +1692,7 @@ void attention(const AttentionArgs& a, float* scratch, cudaStream_t s) {
   }
   const int splits = attention_splits(a);
   dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(splits));
-  launch(attention_kernel, grid, 32 * kAttnWarps, smem, s, a, scratch);
-  if (splits > 1) launch(attention_combine_kernel, static_cast<unsigned>(a.T * a.Hq), 128, 0, s, a, scratch, splits);
+  launch(attention_kernel, grid, 32 * kAttnWarps, smem, s, a, scratch, counters);
 }
 
 void binary(Elementwise op, const float* a, const float* b, int64_t n, int64_t m, float* y, cudaStream_t s) {

@@ -64,6 +64,23 @@ bool gemv_gated(const float* x, int64_t ldx, int T, const Weight& gate, const We
 // Returns false, launching nothing, where gemv_gated would (or when the matrices' encodings differ).
 bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, const int64_t* N, int64_t K,
                float* const* y, const int64_t* ldy, cudaStream_t s);
+// The residual add of a normed branch whose last op is a GEMV, in that GEMV's launch: f = x · Wᵀ (T ≤ 8 rows of
+// D = N outputs, written to f), y = (res + rms_norm(f)·w) · scale and, with n, n = rms_norm(y)·w2 (w, w2 may be
+// null). The block that finishes last normalises the rows, one warp per row: it is told so by `counter`, a device
+// word that is zero before the launch and that it zeroes again (kernels on one stream run one after another, so
+// one word serves every launch). Returns false, launching nothing, where gemv_gated would.
+struct ResidualNorm {
+  const float* res = nullptr;
+  const float* w = nullptr;
+  const float* w2 = nullptr;
+  float eps = 0.0f, scale = 1.0f;
+  float* f = nullptr;
+  float* y = nullptr;
+  float* n = nullptr;
+  unsigned* counter = nullptr;
+};
+bool gemv_residual_norm(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K,
+                        const ResidualNorm& r, cudaStream_t s);
 // Routed rows: y[r, :] = x[r / per, :] · W[experts[r]]ᵀ for r < R.
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
                   int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s);
@@ -120,9 +137,12 @@ struct AttentionArgs {
   float* out;
   int64_t soT, soH;
 };
-// `scratch` holds attention_scratch_floats(a) floats (none when it is 0: the keys are not split).
+// `scratch` holds attention_scratch_floats(a) floats (none when it is 0: the keys are not split). With split keys
+// the last block of each (query, head) to finish merges the splits, told so by `counters` (kAttentionCounters
+// device words, zero before the launch and zeroed again by it).
 size_t attention_scratch_floats(const AttentionArgs& a);
-void attention(const AttentionArgs& a, float* scratch, cudaStream_t s);
+void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaStream_t s);
+constexpr int kAttentionCounters = 1024;
 constexpr int kMaxAttentionDv = 512;
 constexpr int kMaxAttentionD = 1024;
 

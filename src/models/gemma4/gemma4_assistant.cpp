@@ -97,9 +97,10 @@ std::pair<Tensor, Tensor> Gemma4Assistant::step(KvState& st, const Tensor& token
     // architecture notes suggest W keys, and the fixtures disagree with that past the window.
     ap.window = lc.is_sliding ? target_.config().sliding_window + 2 : 0;
     Tensor o = ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap);
-    auto a = ops::add_rms_norm_norm(x, ops::matmul(o.reshape({1, -1}), l.o), l.post_attn_ln, eps, 1.0f, l.pre_ff_ln);
+    auto a = ops::matmul_add_rms_norm_norm(o.reshape({1, -1}), l.o, x, l.post_attn_ln, eps, 1.0f, l.pre_ff_ln);
     const Tensor& next = i + 1 < tc.num_layers ? layers_[i + 1].input_ln : final_norm_;
-    auto f = ops::add_rms_norm_norm(a.residual, Gemma4Model::mlp(l, a.normed), l.post_ff_ln, eps, l.layer_scalar, next);
+    auto f = ops::matmul_add_rms_norm_norm(Gemma4Model::mlp_hidden(l, a.normed), l.down, a.residual, l.post_ff_ln, eps,
+                                           l.layer_scalar, next);
     x = f.residual;
     xn = f.normed;
   }

@@ -126,9 +126,11 @@ Tensor Gemma4Model::attention_queries(const Gemma4Layer& l, const Tensor& a, int
   return ops::rms_norm_rope(q.reshape({q.dim(0), heads, head_dim}), l.q_norm, eps, positions, l.inv_freq, false);
 }
 
-Tensor Gemma4Model::mlp(const Gemma4Layer& l, const Tensor& y) {
-  return ops::matmul(ops::matmul_gated(y, l.gate, l.up, Unary::GeluTanh), l.down);
+Tensor Gemma4Model::mlp_hidden(const Gemma4Layer& l, const Tensor& y) {
+  return ops::matmul_gated(y, l.gate, l.up, Unary::GeluTanh);
 }
+
+Tensor Gemma4Model::mlp(const Gemma4Layer& l, const Tensor& y) { return ops::matmul(mlp_hidden(l, y), l.down); }
 
 Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positions, KvState& st) {
   const auto& lc = cfg_.layer(i);
@@ -156,8 +158,7 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
   AttentionParams ap;
   ap.scale = 1.0f;
   ap.window = lc.is_sliding ? cfg_.sliding_window : 0;
-  Tensor out = ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap);
-  return ops::matmul(out.reshape({T, nh * d}), l.o);
+  return ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap).reshape({T, nh * d});
 }
 
 Tensor Gemma4Model::moe_block(const Gemma4Layer& l, const Tensor& r, const Tensor& r_normed) {
@@ -208,19 +209,31 @@ ForwardResult Gemma4Model::forward_eager(KvState& st, const std::vector<int32_t>
   // Each residual add also applies the norm that follows it: the feed-forward's input norm, the next layer's input
   // norm, after the last layer the output norm (row by row, so the rows a caller keeps are unchanged by it).
   Tensor xn = ops::rms_norm(x, layers_[0].input_ln, eps);
+  // Each output projection (attention's, the MLP's down projection, the per-layer input's) is one op with the
+  // residual add after it.
   for (int i = 0; i < cfg_.num_layers; i++) {
     const auto& l = layers_[i];
-    Tensor attn = attention_block(i, xn, positions, st);
-    auto a = ops::add_rms_norm_norm(x, attn, l.post_attn_ln, eps, 1.0f, l.pre_ff_ln);
+    auto a = ops::matmul_add_rms_norm_norm(attention_block(i, xn, positions, st), l.o, x, l.post_attn_ln, eps, 1.0f,
+                                           l.pre_ff_ln);
     x = a.residual;
-    Tensor f = cfg_.enable_moe_block ? moe_block(l, x, a.normed) : mlp(l, a.normed);
     const Tensor& next = i + 1 < cfg_.num_layers ? layers_[i + 1].input_ln : final_norm_;
     // The layer's last residual add also applies its scalar.
-    if (ple.defined()) {
-      x = ops::add_rms_norm(x, f, l.post_ff_ln, eps);
-      f = ops::matmul(ops::matmul_gated(x, l.ple_gate, ple.select(0, i), Unary::GeluTanh), l.ple_proj);
+    const float last_scale = ple.defined() ? 1.0f : l.layer_scalar;
+    ops::ResidualAndNorm o;
+    if (cfg_.enable_moe_block) {
+      const Tensor f = moe_block(l, x, a.normed);
+      if (ple.defined())
+        x = ops::add_rms_norm(x, f, l.post_ff_ln, eps);
+      else
+        o = ops::add_rms_norm_norm(x, f, l.post_ff_ln, eps, last_scale, next);
+    } else if (ple.defined()) {
+      x = ops::matmul_add_rms_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps);
+    } else {
+      o = ops::matmul_add_rms_norm_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps, last_scale, next);
     }
-    auto o = ops::add_rms_norm_norm(x, f, ple.defined() ? l.post_ple_norm : l.post_ff_ln, eps, l.layer_scalar, next);
+    if (ple.defined())
+      o = ops::matmul_add_rms_norm_norm(ops::matmul_gated(x, l.ple_gate, ple.select(0, i), Unary::GeluTanh),
+                                        l.ple_proj, x, l.post_ple_norm, eps, l.layer_scalar, next);
     x = o.residual;
     xn = o.normed;
   }

@@ -50,6 +50,9 @@ class Gemma4Model final : public LanguageModel {
   static Tensor attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,
                                   const Tensor& positions, float eps);
   static Tensor mlp(const Gemma4Layer& l, const Tensor& y);
+  // The MLP before its down projection, act(y · gateᵀ) ⊙ (y · upᵀ): the down projection goes with the residual add
+  // that follows it (ops::matmul_add_rms_norm).
+  static Tensor mlp_hidden(const Gemma4Layer& l, const Tensor& y);
   static Tensor rope_frequencies(const Gemma4RopeConfig& rope, int head_dim, Device device);
   // What every Gemma 4 layer has: norms, Q/O projections and Q norm, the dense MLP, layer_scalar, RoPE table.
   static Gemma4Layer load_layer(const Weights& ts, const std::string& prefix, const Gemma4LayerConfig& lc,
@@ -57,6 +60,8 @@ class Gemma4Model final : public LanguageModel {
 
  private:
   ForwardResult forward_eager(KvState& st, const std::vector<int32_t>& tokens, int64_t n_out, bool all_hidden);
+  // The attention heads' output [T, heads · head_dim], before the output projection (which goes with the residual
+  // add that follows it).
   Tensor attention_block(int i, const Tensor& a, const Tensor& positions, KvState& st);
   // r: the residual; r_normed: r under the feed-forward's input norm.
   Tensor moe_block(const Gemma4Layer& l, const Tensor& r, const Tensor& r_normed);

@@ -46,6 +46,12 @@ struct NormRope {
   const Tensor* y;
 };
 
+// Where a KV cache append writes (the slot tensors Backend::kv_write takes).
+struct KvSlots {
+  Tensor keys, values, slot_pos;
+  bool ring = false;
+};
+
 struct AttentionParams {
   float scale = 1.0f;
   int window = 0;  // > 0: a query at position p sees keys k with p - window < k <= p
@@ -158,15 +164,18 @@ class Backend {
     rope(y, positions, inv_freq, interleaved);
   }
   // rms_norm_rope (or, without `rope`, rms_norm) of several [T, H, D] tensors with one T and D (a layer's queries,
-  // keys and values): one op so that an accelerator runs them in one launch. The default runs them in turn.
+  // keys and values): one op so that an accelerator runs them in one launch. With `kv`, parts 1 and 2 are a cache
+  // append's keys and values: they go into its slots as kv_write puts them (their y may be left unwritten). The
+  // default runs them in turn, then kv_write.
   virtual void rms_norm_rope_many(const std::vector<NormRope>& parts, float eps, const Tensor& positions,
-                                  const Tensor& inv_freq, bool interleaved) {
+                                  const Tensor& inv_freq, bool interleaved, const KvSlots* kv = nullptr) {
     for (const NormRope& p : parts) {
       if (p.rope)
         rms_norm_rope(*p.x, p.w, eps, positions, inv_freq, interleaved, *p.y);
       else
         rms_norm(*p.x, p.w, eps, *p.y);
     }
+    if (kv) kv_write(*parts.at(1).y, *parts.at(2).y, positions, kv->keys, kv->values, kv->slot_pos, kv->ring);
   }
   // y[T, N] = act(x · gateᵀ) ⊙ (x · upᵀ), a gated MLP's first half (gate and up of one shape), or with `up` null
   // y = act(x · gateᵀ) ⊙ m for a given m [T, N] (contiguous F32). One op so that an accelerator reads both weights

@@ -60,6 +60,12 @@ void KvCache::append(const Tensor& k, const Tensor& v, const Tensor& positions) 
   note_append(T);
 }
 
+void KvCache::append_with(int64_t T, const std::function<void(const KvSlots&)>& write) {
+  reserve_for(T);
+  write(KvSlots{keys_, values_, slot_pos_, ring()});
+  note_append(T);
+}
+
 void KvCache::append(const Tensor& k, const Tensor& v) {
   std::vector<int32_t> pos(static_cast<size_t>(k.dim(0)));
   std::iota(pos.begin(), pos.end(), static_cast<int32_t>(length_));

@@ -3,9 +3,11 @@
 // buffer needs no reordering. Both kinds can rewind to an earlier length, which speculative verification
 // (rejected drafts) and the prefix cache rely on.
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
+#include "backend/backend.h"
 #include "tensor/tensor.h"
 
 namespace vatic {
@@ -28,6 +30,9 @@ class KvCache {
   // replays write where their own positions say.
   void append(const Tensor& k, const Tensor& v, const Tensor& positions);
   void append(const Tensor& k, const Tensor& v);  // uploads the positions itself
+  // Appends T entries that `write` puts straight into the slots (an op given these KvSlots and the positions, such
+  // as ops::rms_norm_rope_many making the keys and values): what append does, without the entries in between.
+  void append_with(int64_t T, const std::function<void(const KvSlots&)>& write);
   // The slots attention reads (some may be empty: position -1). Views, valid until the next append. On the CPU
   // these are the slots used so far; on an accelerator, every slot, so that their extent stays fixed while the
   // sequence grows (a recorded graph keeps its shapes).

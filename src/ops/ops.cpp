@@ -166,8 +166,9 @@ Tensor rms_norm_rope(const Tensor& x, const Tensor& w, float eps, const Tensor& 
   return y;
 }
 std::vector<Tensor> rms_norm_rope_many(const std::vector<NormRopeInput>& in, float eps, const Tensor& positions,
-                                       const Tensor& inv_freq, bool interleaved) {
+                                       const Tensor& inv_freq, bool interleaved, const KvSlots* kv) {
   VATIC_CHECK(!in.empty(), "rms_norm_rope_many of nothing");
+  VATIC_CHECK(!kv || in.size() == 3, "rms_norm_rope_many into a cache takes queries, keys and values");
   std::vector<Tensor> xs, ys;
   std::vector<NormRope> parts;
   for (const NormRopeInput& i : in) {
@@ -181,8 +182,9 @@ std::vector<Tensor> rms_norm_rope_many(const std::vector<NormRopeInput>& in, flo
   }
   for (size_t j = 0; j < in.size(); j++)
     parts.push_back(NormRope{&xs[j], in[j].w.defined() ? &in[j].w : nullptr, in[j].rope, &ys[j]});
-  backend_of_all("rms_norm_rope_many", in[0].x, positions, inv_freq)
-      .rms_norm_rope_many(parts, eps, positions, inv_freq, interleaved);
+  Backend& be = backend_of_all("rms_norm_rope_many", in[0].x, positions, inv_freq);
+  if (kv) backend_of_all("rms_norm_rope_many", in[0].x, kv->keys, kv->values, kv->slot_pos);
+  be.rms_norm_rope_many(parts, eps, positions, inv_freq, interleaved, kv);
   return ys;
 }
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,

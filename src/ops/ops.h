@@ -55,8 +55,10 @@ struct NormRopeInput {
   Tensor x, w;
   bool rope;
 };
+// With `kv`, in[1] and in[2] are a cache append's keys and values, written into its slots (see
+// KvCache::append_with); their returned tensors are then unspecified.
 std::vector<Tensor> rms_norm_rope_many(const std::vector<NormRopeInput>& in, float eps, const Tensor& positions,
-                                       const Tensor& inv_freq, bool interleaved);
+                                       const Tensor& inv_freq, bool interleaved, const KvSlots* kv = nullptr);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p);
 Tensor add(const Tensor& a, const Tensor& b);

@@ -476,6 +476,30 @@ TEST(DeviceOps, FusedNormsAndGatedMatmul) {
         Tensor cv = Tensor::empty(v.shape(), DType::F32);
         cpu.rms_norm(v, nullptr, 1e-6f, cv);
         expect_close(yv, cv, 2e-6, "rms_norm_rope_many values against the CPU");
+        // Into a cache: the keys and values land in the slots kv_write gives them, with their positions marked,
+        // and the queries are as before; a ring of 11 slots (distinct slots for these positions) and a flat cache.
+        for (int64_t C : {int64_t(11), int64_t(32001)}) {
+          if (C > 11 && D != 64) continue;
+          const bool ring = C == 11;
+          auto cache = [&] {
+            KvSlots s{be.empty({C, 2, D}, DType::F32), be.empty({C, 2, D}, DType::F32),
+                      on(dev, Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(C), -1), {C})), ring};
+            be.fill(s.keys, 0.0f);
+            be.fill(s.values, 0.0f);
+            return s;
+          };
+          KvSlots fused = cache(), composed = cache();
+          Tensor yq2 = be.empty(q8.shape(), DType::F32), yk2 = be.empty(k.shape(), DType::F32),
+                 yv2 = be.empty(v.shape(), DType::F32);
+          be.rms_norm_rope_many({{&q8, &dw, true, &yq2}, {&dk, &dwk, true, &yk2}, {&dv, nullptr, false, &yv2}}, 1e-6f,
+                                dpos, dinv, interleaved, &fused);
+          be.kv_write(yk, yv, dpos, composed.keys, composed.values, composed.slot_pos, ring);
+          SCOPED_TRACE(fmt::format("into a cache of {} slots", C));
+          expect_close(yq2, yq, 0, "rms_norm_rope_many queries beside a cache write");
+          expect_close(fused.keys, composed.keys, 0, "keys in their slots");
+          expect_close(fused.values, composed.values, 0, "values in their slots");
+          expect_close(fused.slot_pos, composed.slot_pos, 0, "slot positions");
+        }
       }
     rng() = kept;
   });

@@ -559,7 +559,7 @@ class CudaBackend final : public Backend {
   }
 
   void rms_norm_rope_many(const std::vector<NormRope>& parts, float eps, const Tensor& positions,
-                          const Tensor& inv_freq, bool interleaved) override {
+                          const Tensor& inv_freq, bool interleaved, const KvSlots* kv) override {
     const Tensor& x0 = *parts.front().x;
     bool fused = parts.size() <= 3 && x0.ndim() == 3 && x0.dim(2) <= cuda::kMaxNormRopeD &&
                  2 * inv_freq.numel() <= x0.dim(2) && positions.dtype() == DType::I32 &&
@@ -569,7 +569,16 @@ class CudaBackend final : public Backend {
       fused = fused && p.x->ndim() == 3 && p.x->dim(0) == x0.dim(0) && p.x->dim(2) == x0.dim(2) &&
               p.x->is_contiguous() && p.y->is_contiguous() && p.x->dtype() == DType::F32 &&
               p.y->dtype() == DType::F32 && p.y->numel() == p.x->numel();
-    if (!fused) return Backend::rms_norm_rope_many(parts, eps, positions, inv_freq, interleaved);
+    // Into a cache: keys and values of the cache's head count and width, contiguous slots.
+    if (kv)
+      fused = fused && parts.size() == 3 && kv->keys.ndim() == 3 && kv->values.ndim() == 3 &&
+              kv->keys.is_contiguous() && kv->values.is_contiguous() && kv->keys.dtype() == DType::F32 &&
+              kv->values.dtype() == DType::F32 && kv->keys.dim(0) == kv->values.dim(0) &&
+              kv->keys.dim(1) == parts[1].x->dim(1) && kv->keys.dim(2) == x0.dim(2) &&
+              kv->values.dim(1) == parts[2].x->dim(1) && kv->values.dim(2) == x0.dim(2) &&
+              kv->slot_pos.dtype() == DType::I32 && kv->slot_pos.is_contiguous() &&
+              kv->slot_pos.numel() == kv->keys.dim(0);
+    if (!fused) return Backend::rms_norm_rope_many(parts, eps, positions, inv_freq, interleaved, kv);
     Timed timed_(*this, "rms_norm_rope_many");
     bind();
     cuda::NormRopeJob j{};
@@ -586,6 +595,16 @@ class CudaBackend final : public Backend {
       j.y[g] = p.y->data<float>();
       j.H[g] = p.x->dim(1);
       j.rope[g] = p.rope;
+    }
+    j.marks = -1;
+    if (kv) {
+      j.cache[1] = kv->keys.data<float>();
+      j.cache[2] = kv->values.data<float>();
+      j.C = kv->keys.dim(0);
+      j.ring = kv->ring;
+      j.marks = 1;
+      j.slot_pos = kv->slot_pos.data<int32_t>();
+      j.bad = flag_dev_;
     }
     cuda::rms_norm_rope_many(j, positions.data<int32_t>(), inv_freq.data<float>(), inv_freq.numel(), interleaved,
                              stream_);

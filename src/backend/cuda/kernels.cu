@@ -908,6 +908,20 @@ __global__ void rms_norm_rope_many_kernel(const NormRopeJob j, const int32_t* po
   const float* xr = j.x[g] + b * D;
   const float* w = j.w[g];
   float* yr = j.y[g] + b * D;
+  if (j.cache[g]) {  // a cache append's row: to its slot, as kv_write_kernel places it
+    const int64_t t = b / j.H[g], h = b % j.H[g];
+    const int32_t p = pos[t];
+    if (p < 0 || (!j.ring && p >= j.C)) {
+      if (threadIdx.x == 0) {
+        j.bad[1] = p;
+        atomicExch(j.bad, 1);
+      }
+      return;
+    }
+    const int64_t slot = j.ring ? p % j.C : p;
+    yr = j.cache[g] + (slot * j.H[g] + h) * D;
+    if (g == j.marks && h == 0 && threadIdx.x == 0) j.slot_pos[slot] = p;
+  }
   const float inv = inv_rms(xr, D, j.eps, scratch);
   if (!j.rope[g]) {
     for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;

@@ -106,7 +106,9 @@ void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t
                    const float* inv_freq, int64_t n, bool interleaved, float* y, cudaStream_t s);
 constexpr int64_t kMaxNormRopeD = 8192;
 // rms_norm_rope of up to three contiguous [T, H[g], D] tensors in one launch; a tensor with rope[g] false is only
-// normed (as rms_norm). w[g] may be null.
+// normed (as rms_norm). w[g] may be null. A tensor with cache[g] set goes there instead of y[g], into the slots
+// kv_write would put it in (cache [C, H[g], D] contiguous; slot_pos marked by tensor `marks`; a position outside
+// the cache is skipped and reported through bad as kv_write does).
 struct NormRopeJob {
   const float* x[3];
   const float* w[3];
@@ -116,6 +118,12 @@ struct NormRopeJob {
   int count;
   int64_t T, D;
   float eps;
+  float* cache[3];
+  int64_t C;
+  bool ring;
+  int marks;
+  int32_t* slot_pos;
+  int* bad;
 };
 void rms_norm_rope_many(const NormRopeJob& j, const int32_t* pos, const float* inv_freq, int64_t n, bool interleaved,
                         cudaStream_t s);

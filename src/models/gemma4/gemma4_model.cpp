@@ -147,12 +147,13 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
     std::vector<Tensor> p = ops::matmul_many(a, ws);
     Tensor kraw = p[1].reshape({T, nkv, d});
     Tensor vraw = lc.k_eq_v ? kraw : p[2].reshape({T, nkv, d});
-    // The queries' and keys' norms and rotations and the values' weight-less norm, in one op.
-    std::vector<Tensor> n = ops::rms_norm_rope_many(
-        {{p[0].reshape({T, nh, d}), l.q_norm, true}, {kraw, l.k_norm, true}, {vraw, Tensor(), false}}, eps, positions,
-        l.inv_freq, false);
-    q = n[0];
-    st.cache(i).append(n[1], n[2], positions);
+    // The queries' and keys' norms and rotations and the values' weight-less norm, in one op that writes the keys
+    // and values into the cache.
+    st.cache(i).append_with(T, [&](const KvSlots& slots) {
+      q = ops::rms_norm_rope_many(
+          {{p[0].reshape({T, nh, d}), l.q_norm, true}, {kraw, l.k_norm, true}, {vraw, Tensor(), false}}, eps,
+          positions, l.inv_freq, false, &slots)[0];
+    });
   }
   KvCache& kv = st.cache(lc.kv_donor);
   AttentionParams ap;

@@ -1110,6 +1110,159 @@ __global__ void __launch_bounds__(32 * kAttnWarps, 2) attention_kernel(Attention
   }
 }
 
+
+// Prefill attention: a block takes 16 queries of one head and walks the keys in tiles of BK (32, or 16 for head
+// dims above 256) staged in shared memory, as flash attention does on CUDA cores: each thread scores 1-2
+// (query, key) pairs of the tile from float4 rows, a group of BK threads takes each query's online-softmax step
+// with shuffles, and each thread accumulates one or two value columns for all 16 queries. A tile no query of the
+// block can see (later positions, outside the window, empty slots) is skipped before its keys are loaded.
+constexpr int kTileQ = 16, kTileThreads = 256;
+
+__device__ __forceinline__ float group_max(float v, int width) {
+  for (int o = width / 2; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+__device__ __forceinline__ float group_sum(float v, int width) {
+  for (int o = width / 2; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+__device__ __forceinline__ bool key_visible(int32_t pk, int32_t pq, int window) {
+  return pk >= 0 && pk <= pq && (window <= 0 || pq - pk < window);
+}
+
+int attention_tile_keys(const AttentionArgs& a) { return a.D > 256 ? 16 : 32; }
+size_t attention_tile_smem(const AttentionArgs& a) {
+  const int64_t BK = attention_tile_keys(a);
+  return sizeof(float) * ((kTileQ + BK) * (a.D + 4) + BK * a.Dv + BK * kTileQ + 3 * kTileQ) +
+         sizeof(int32_t) * (BK + kTileQ);
+}
+bool attention_tiles(const AttentionArgs& a) {
+  return a.T >= kTileQ && a.D % 4 == 0 && a.D <= kMaxAttentionD && a.Dv <= kMaxAttentionDv &&
+         attention_tile_smem(a) <= 110 * 1024;
+}
+
+__global__ void __launch_bounds__(kTileThreads) attention_tile_kernel(AttentionArgs a, int BK) {
+  pdl_begin();
+  extern __shared__ float4 smem4[];
+  float* sm = reinterpret_cast<float*>(smem4);
+  const int D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv), ld = D + 4;
+  float* qs = sm;                           // [16][D + 4]
+  float* ks = qs + kTileQ * ld;             // [BK][D + 4]
+  float* vs = ks + BK * ld;                 // [BK][Dv]
+  float* pt = vs + BK * Dv;                 // [BK][16]: the tile's probabilities, by key
+  float* ms = pt + BK * kTileQ;             // [16] running max
+  float* ls = ms + kTileQ;                  // [16] running denominator
+  float* cs = ls + kTileQ;                  // [16] this tile's rescaling of the accumulators
+  int32_t* kp = reinterpret_cast<int32_t*>(cs + kTileQ);  // [BK]
+  int32_t* qp = kp + BK;                    // [16]
+  __shared__ int any;
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5;
+  const int64_t t0 = static_cast<int64_t>(blockIdx.x) * kTileQ, h = blockIdx.y, kh = h / (a.Hq / a.Hkv);
+  const int nq = static_cast<int>(a.T - t0 < kTileQ ? a.T - t0 : kTileQ);
+  for (int qi = warp; qi < kTileQ; qi += kTileThreads / 32)
+    for (int d = lane; d < D; d += 32) qs[qi * ld + d] = qi < nq ? a.q[(t0 + qi) * a.sqT + h * a.sqH + d] : 0.0f;
+  if (tid < kTileQ) {
+    qp[tid] = tid < nq ? a.q_pos[t0 + tid] : -1;  // a padding query sees nothing
+    ms[tid] = -INFINITY;
+    ls[tid] = 0.0f;
+  }
+  const int rows = kTileThreads / BK, passes = kTileQ / rows;  // query rows per pass: 8 (2 passes) or 16 (1)
+  const int kj = tid % BK, qrow = tid / BK;
+  float acc[2][kTileQ];
+#pragma unroll
+  for (int c = 0; c < 2; c++)
+#pragma unroll
+    for (int qi = 0; qi < kTileQ; qi++) acc[c][qi] = 0.0f;
+  for (int64_t s0 = 0; s0 < a.S; s0 += BK) {
+    __syncthreads();  // the previous tile is consumed (and, the first time, the queries are in place)
+    if (tid == 0) any = 0;
+    __syncthreads();
+    if (tid < BK) {
+      const int64_t s = s0 + tid;
+      const int32_t pk = s < a.S ? a.k_pos[s] : -1;
+      kp[tid] = pk;
+      bool vis = false;
+      for (int qi = 0; qi < nq; qi++) vis = vis || key_visible(pk, qp[qi], a.window);
+      if (vis) any = 1;
+    }
+    __syncthreads();
+    if (!any) continue;
+    for (int j = warp; j < BK; j += kTileThreads / 32) {
+      const int64_t s = s0 + j;
+      const bool in = s < a.S;
+      const float* kr = a.k + s * a.skS + kh * a.skH;
+      const float* vr = a.v + s * a.svS + kh * a.svH;
+      for (int d = lane; d < D; d += 32) ks[j * ld + d] = in ? kr[d] : 0.0f;
+      for (int d = lane; d < Dv; d += 32) vs[j * Dv + d] = in ? vr[d] : 0.0f;
+    }
+    __syncthreads();
+    // Scores of (qrow + p·rows, kj).
+    float sc[2] = {0.0f, 0.0f};
+    const float4* k4 = reinterpret_cast<const float4*>(ks + kj * ld);
+    const float4* q4a = reinterpret_cast<const float4*>(qs + qrow * ld);
+    const float4* q4b = reinterpret_cast<const float4*>(qs + (qrow + rows) * ld);
+    for (int d4 = 0; d4 < D / 4; d4++) {
+      const float4 kv = k4[d4];
+      const float4 qa = q4a[d4];
+      sc[0] += qa.x * kv.x + qa.y * kv.y + qa.z * kv.z + qa.w * kv.w;
+      if (passes > 1) {
+        const float4 qb = q4b[d4];
+        sc[1] += qb.x * kv.x + qb.y * kv.y + qb.z * kv.z + qb.w * kv.w;
+      }
+    }
+    // Each query's online-softmax step, by the BK threads that hold its scores.
+    for (int p = 0; p < passes; p++) {
+      const int qi = qrow + p * rows;
+      const bool vis = key_visible(kp[kj], qp[qi], a.window);
+      const float score = vis ? a.scale * sc[p] : -INFINITY;
+      const float mo = ms[qi];
+      const float mn = fmaxf(mo, group_max(score, BK));
+      const float pr = vis ? expf(score - mn) : 0.0f;
+      const float sum = group_sum(pr, BK);
+      pt[kj * kTileQ + qi] = pr;
+      __syncwarp();
+      if (kj == 0) {
+        const float c = mn == -INFINITY ? 1.0f : expf(mo - mn);
+        cs[qi] = c;
+        ls[qi] = ls[qi] * c + sum;
+        ms[qi] = mn;
+      }
+    }
+    __syncthreads();
+#pragma unroll
+    for (int c = 0; c < 2; c++) {
+      const int d = tid + c * kTileThreads;
+      if (d >= Dv) break;
+#pragma unroll
+      for (int qi = 0; qi < kTileQ; qi++) acc[c][qi] *= cs[qi];
+      for (int j = 0; j < BK; j++) {
+        const float v = vs[j * Dv + d];
+        const float4* p4 = reinterpret_cast<const float4*>(pt + j * kTileQ);
+#pragma unroll
+        for (int q4 = 0; q4 < kTileQ / 4; q4++) {
+          const float4 pv = p4[q4];
+          acc[c][4 * q4] += pv.x * v;
+          acc[c][4 * q4 + 1] += pv.y * v;
+          acc[c][4 * q4 + 2] += pv.z * v;
+          acc[c][4 * q4 + 3] += pv.w * v;
+        }
+      }
+    }
+  }
+  __syncthreads();
+#pragma unroll
+  for (int c = 0; c < 2; c++) {
+    const int d = tid + c * kTileThreads;
+    if (d >= Dv) break;
+#pragma unroll
+    for (int qi = 0; qi < kTileQ; qi++) {
+      if (qi >= nq) break;
+      const float l = ls[qi];
+      a.out[(t0 + qi) * a.soT + h * a.soH + d] = l > 0.0f ? acc[c][qi] / l : 0.0f;
+    }
+  }
+}
+
 // ---------------------------------------------------------------- elementwise
 
 
@@ -1692,12 +1845,23 @@ int attention_splits(const AttentionArgs& a) {
 }
 
 size_t attention_scratch_floats(const AttentionArgs& a) {
+  if (attention_tiles(a)) return 0;
   const int splits = attention_splits(a);
   return splits > 1 ? static_cast<size_t>(a.T * a.Hq * splits * (a.Dv + 2)) : 0;
 }
 
 void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaStream_t s) {
   if (a.T * a.Hq == 0) return;
+  if (attention_tiles(a)) {  // prefill
+    static bool tiles_raised = false;
+    if (!tiles_raised) {
+      cudaFuncSetAttribute(attention_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 110 * 1024);
+      tiles_raised = true;
+    }
+    dim3 grid(static_cast<unsigned>((a.T + kTileQ - 1) / kTileQ), static_cast<unsigned>(a.Hq));
+    launch(attention_tile_kernel, grid, kTileThreads, attention_tile_smem(a), s, a, attention_tile_keys(a));
+    return;
+  }
   const size_t smem = sizeof(float) * (a.D + kAttnWarps * a.Dv + 2 * kAttnWarps);
   static bool raised = false;
   if (!raised) {

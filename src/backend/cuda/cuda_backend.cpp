@@ -513,7 +513,9 @@ class CudaBackend final : public Backend {
   void matmul_add_rms_norm(const Tensor& a, const Linear& W, const Tensor& x, const Tensor* w, float eps, float s,
                            const Tensor& y, const Tensor* w_next, const Tensor* n) override {
     const int64_t T = a.ndim() == 2 ? a.dim(0) : 0, K = a.ndim() == 2 ? a.dim(1) : 0, N = W.out_features();
-    const bool fits = T >= 1 && T <= 8 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
+    // One row (decode): the GEMV's last block adds and normalises. Several rows take the GEMV and then the norm
+    // kernel, whose row arithmetic is the same (docs/gpu.md).
+    const bool fits = T == 1 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
                       (!W.quantized() || K % W.group == 0) && x.dtype() == DType::F32 && x.is_contiguous() &&
                       y.is_contiguous() && x.numel() == T * N && y.numel() == T * N &&
                       (!n || (n->is_contiguous() && n->numel() == T * N));

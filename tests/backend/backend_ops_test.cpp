@@ -286,8 +286,8 @@ INSTANTIATE_TEST_SUITE_P(Formats, QuantMatmul,
                            return "int" + std::to_string(info.param.bits) + "_g" + std::to_string(info.param.group);
                          });
 
-// The same for quantized weights: the factored AVX-512 kernel (qgemm_factored.h) takes every T below 32 when K is a
-// multiple of 64, the register tiles and the dequantized dense tiles the rest; a token's row must not depend on
+// The same for quantized weights: the factored kernels (qgemm_factored.h, AVX-512 and AVX2) take every T below 32
+// when K is a multiple of 64, the register tiles and the dequantized dense tiles the rest; a token's row must not depend on
 // how many tokens share the matmul.
 TEST(QuantMatmul, DecodeRowsEqualVerifyRowsBitForBit) {
   Backend& be = cpu_backend();
@@ -297,7 +297,9 @@ TEST(QuantMatmul, DecodeRowsEqualVerifyRowsBitForBit) {
   };
   for (const Case c : {Case{8, 64, 37, 256, 2}, Case{8, 32, 21, 192, 9}, Case{8, 64, 70, 1088, 8},
                        Case{4, 64, 37, 256, 3}, Case{4, 32, 21, 192, 9}, Case{4, 64, 70, 1088, 8},
-                       Case{4, 32, 9, 96, 7}, Case{8, 64, 13, 128, 31}, Case{4, 32, 13, 128, 17}}) {
+                       Case{4, 32, 9, 96, 7}, Case{8, 64, 13, 128, 31}, Case{4, 32, 13, 128, 17},
+                       // group counts that leave a partial vector of scales (AVX2: 8 per vector, AVX-512: 16)
+                       Case{4, 32, 11, 448, 5}, Case{8, 64, 19, 576, 4}, Case{4, 64, 7, 1216, 6}}) {
     SCOPED_TRACE("int" + std::to_string(c.bits) + " g" + std::to_string(c.group) + " N=" + std::to_string(c.N) +
                  " K=" + std::to_string(c.K) + " T=" + std::to_string(c.T));
     QuantCase qc = random_quantized(c.N, c.K, c.bits, c.group, /*extra_rows=*/1);

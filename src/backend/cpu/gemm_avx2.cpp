@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/qgemm_factored.h"
 #include "backend/cpu/simd.h"
 
 #pragma GCC target("avx2,fma")
@@ -40,6 +41,25 @@ struct V {
     const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
     even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
     odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+  // 2W bf16 values as W 32-bit words (a pair each), and a vector of such words split into the even values (low
+  // halves) and the odd ones.
+  static vec load_pairs(const uint16_t* p) {
+    return _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static void split_pairs(vec v, vec& even, vec& odd) {
+    const __m256i d = _mm256_castps_si256(v);
+    even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
+    odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+  // W 32-bit words of codes as a vector, and the codes (w >> shift) & mask of such a vector as floats.
+  static vec load_words(const uint8_t* p) {
+    return _mm256_castsi256_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+  }
+  static vec code(vec w, int shift, uint32_t mask) {
+    const __m256i c = _mm256_and_si256(_mm256_srli_epi32(_mm256_castps_si256(w), shift),
+                                       _mm256_set1_epi32(static_cast<int>(mask)));
+    return _mm256_cvtepi32_ps(c);
   }
   static float reduce(vec v) {
     __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
@@ -79,12 +99,28 @@ struct V {
 
 #include "backend/cpu/gemm_impl.h"
 
+// Decode and verification in the factored form (qgemm_factored.h); prefill and odd widths as on the other paths.
+void qgemm_avx2(const QGemmArgs& a, int64_t n0, int64_t n1) {
+  if (factored_layout(a.T, a.K)) return qgemm_factored_avx2(a, n0, n1);
+  qgemm(a, n0, n1);
+}
+
+int64_t qgemm_x_avx2(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group,
+                     std::vector<float>& out) {
+  if (!factored_layout(T, K)) return qgemm_x_permuted(x, ldx, T, K, bits, group, out);
+  const int64_t L = factored_width(K, group);
+  out.resize(static_cast<size_t>(T * L));
+  factored_x_avx2(x, ldx, T, K, bits, group, out.data());
+  return L;
+}
+
 }  // namespace
 
 void fill_gemm_avx2(Kernels& k) {
   k.gemm_bf16 = gemm_bf16;
   k.gemm_f32 = gemm_f32;
-  k.qgemm = qgemm;
+  k.qgemm = qgemm_avx2;
+  k.qgemm_x = qgemm_x_avx2;
 }
 
 }  // namespace vatic::cpu

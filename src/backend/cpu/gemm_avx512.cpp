@@ -47,6 +47,21 @@ struct V {
     even = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
     odd = _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
   }
+  // 2W bf16 values as W 32-bit words (a pair each), and a vector of such words split into the even values (low
+  // halves) and the odd ones.
+  static vec load_pairs(const uint16_t* p) { return _mm512_castsi512_ps(_mm512_loadu_si512(p)); }
+  static void split_pairs(vec v, vec& even, vec& odd) {
+    const __m512i d = _mm512_castps_si512(v);
+    even = _mm512_castsi512_ps(_mm512_slli_epi32(d, 16));
+    odd = _mm512_castsi512_ps(_mm512_and_si512(d, _mm512_set1_epi32(static_cast<int>(0xFFFF0000u))));
+  }
+  // W 32-bit words of codes as a vector, and the codes (w >> shift) & mask of such a vector as floats.
+  static vec load_words(const uint8_t* p) { return _mm512_castsi512_ps(_mm512_loadu_si512(p)); }
+  static vec code(vec w, int shift, uint32_t mask) {
+    const __m512i c = _mm512_and_si512(_mm512_srli_epi32(_mm512_castps_si512(w), static_cast<unsigned>(shift)),
+                                       _mm512_set1_epi32(static_cast<int>(mask)));
+    return _mm512_cvtepi32_ps(c);
+  }
   static float reduce(vec v) { return _mm512_reduce_add_ps(v); }
 
   // 16 × 16 in four rounds of two-source permutes: round b (8, 4, 2, 1) swaps the off-diagonal b × b blocks of

@@ -37,6 +37,31 @@ struct V {
     even = load_w(p);
     odd = load_w(p + 1);
   }
+  // 2W bf16 values as one 32-bit word, and such a word split into the even value (low half) and the odd one.
+  static vec load_pairs(const uint16_t* p) {
+    float f;
+    __builtin_memcpy(&f, p, 4);
+    return f;
+  }
+  static void split_pairs(vec v, vec& even, vec& odd) {
+    uint32_t u, e, o;
+    __builtin_memcpy(&u, &v, 4);
+    e = u << 16;
+    o = u & 0xFFFF0000u;
+    __builtin_memcpy(&even, &e, 4);
+    __builtin_memcpy(&odd, &o, 4);
+  }
+  // A 32-bit word of codes, and the code (w >> shift) & mask of such a word as a float.
+  static vec load_words(const uint8_t* p) {
+    float f;
+    __builtin_memcpy(&f, p, 4);
+    return f;
+  }
+  static vec code(vec w, int shift, uint32_t mask) {
+    uint32_t u;
+    __builtin_memcpy(&u, &w, 4);
+    return static_cast<float>((u >> shift) & mask);
+  }
   static float reduce(vec v) { return v; }
   static void transpose(vec*) {}
   static vec q8(const uint8_t* p) { return static_cast<float>(*p); }

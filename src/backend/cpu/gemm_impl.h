@@ -175,12 +175,33 @@ inline void panel_tiles(int64_t tr, const float* x, int64_t ldx, const float* p,
 
 // Rows [0, ncols) of a row-major f32 or bf16 block (row stride ld, kn inputs) -> panel (zero columns after ncols).
 // Whole W × W blocks are transposed in registers (V::transpose), the edges one value at a time.
+// bf16 rows take 2W inputs per transpose: the W × W block is of 32-bit words (a pair of inputs each), and after it
+// each word splits into its even and its odd input (V::split_pairs, the same f32 values as widening first). Half the
+// permutes of widening, then transposing; packing was 16 % of a 128-token bf16 prompt.
 template <class WT>
 inline void pack_panel(const WT* w, int64_t ld, int64_t ncols, int64_t kn, float* p) {
   constexpr int NC = V::PC * V::W;
   int64_t j = 0;
   for (; j + V::W <= ncols; j += V::W) {
     int64_t k = 0;
+    if constexpr (std::is_same_v<WT, uint16_t>) {
+      for (; k + 2 * V::W <= kn; k += 2 * V::W) {
+        typename V::vec r[V::W];
+#pragma GCC unroll 16
+        for (int i = 0; i < V::W; i++) {
+          r[i] = V::load_pairs(w + (j + i) * ld + k);
+          __builtin_prefetch(w + (j + V::W + i) * ld + k, 0, 3);
+        }
+        V::transpose(r);
+#pragma GCC unroll 16
+        for (int i = 0; i < V::W; i++) {
+          typename V::vec even, odd;
+          V::split_pairs(r[i], even, odd);
+          V::store(p + (k + 2 * i) * NC + j, even);
+          V::store(p + (k + 2 * i + 1) * NC + j, odd);
+        }
+      }
+    }
     for (; k + V::W <= kn; k += V::W) {
       typename V::vec r[V::W];
 #pragma GCC unroll 16
@@ -479,11 +500,58 @@ inline void dequant_tile(const cpu::QGemmArgs& A, const uint8_t* q, const uint16
   }
 }
 
-// Prefill: the panels of panel_gemm, dequantized (dequant_tile, NR rows at a time, into a row-major block in the
-// order the int4 activations were permuted to) and then transposed.
+// The panel of W rows [n, n + W) × inputs [k0, k1) (a whole number of KS-input steps) straight from the codes: per
+// step, W words of each row (W·32/BITS codes) are transposed as 32-bit words in registers, so that vector i holds
+// word i of every row, and each of its codes is shifted down, masked, converted and dequantized with the row's
+// (lane's) scale and bias: the same fma(q, s, b) as dequant_tile. A quarter (int8) or an eighth (int4) of the
+// permutes of dequantizing rows and then transposing floats (pack_panel), and no row buffer. int4 weights go to the
+// rows of the panel in the order of the permuted activations (per 32 inputs the even ones, then the odd ones).
+template <int BITS>
+inline void pack_panel_codes(const cpu::QGemmArgs& a, int64_t n, int64_t k0, int64_t k1, float* p) {
+  constexpr int NC = V::PC * V::W;
+  constexpr int CW = 32 / BITS, KS = V::W * CW;
+  constexpr uint32_t mask = (1u << BITS) - 1;
+  alignas(64) float sf[V::W], bf[V::W];
+  int64_t gcur = -1;
+  typename V::vec sv = V::zero(), bv = V::zero();
+  for (int64_t k = k0; k < k1; k += KS) {
+    typename V::vec r[V::W];
+#pragma GCC unroll 16
+    for (int i = 0; i < V::W; i++) r[i] = V::load_words(a.q + (n + i) * a.ldq + k * BITS / 8);
+    V::transpose(r);
+#pragma GCC unroll 16
+    for (int i = 0; i < V::W; i++) {
+      const int64_t kw = k + CW * i;  // the word's first input
+      if (const int64_t g = kw / a.group; g != gcur) {
+        gcur = g;
+        for (int l = 0; l < V::W; l++) {
+          sf[l] = bf16f(a.scales[(n + l) * a.lds + g]);
+          bf[l] = bf16f(a.biases[(n + l) * a.lds + g]);
+        }
+        sv = V::loadx(sf);
+        bv = V::loadx(bf);
+      }
+#pragma GCC unroll 8
+      for (int m = 0; m < CW; m++) {
+        const typename V::vec w = V::fma(V::code(r[i], BITS * m, mask), sv, bv);
+        int64_t pos = kw + m - k0;
+        if constexpr (BITS == 4) {
+          const int64_t e = (kw + m) % 32;
+          pos = kw + m - e + (e % 2 == 0 ? e / 2 : 16 + e / 2) - k0;
+        }
+        V::store(p + pos * NC, w);
+      }
+    }
+  }
+}
+
+// Prefill: the panels of panel_gemm, dequantized: whole blocks of W rows straight from the codes (pack_panel_codes);
+// the other rows (and input blocks that are not a whole number of its steps) dequantized one row at a time
+// (dequant_tile, in the order the int4 activations were permuted to) and then placed.
 template <int BITS>
 void qgemm_prefill(const cpu::QGemmArgs& a, int64_t n0, int64_t n1) {
   constexpr int NC = V::PC * V::W;
+  constexpr int64_t KS = V::W * 32 / BITS;
   const int64_t KB = std::max<int64_t>(1, kPanelK / a.group) * a.group;
   thread_local std::vector<float> rows;
   rows.resize(static_cast<size_t>(NC * KB));
@@ -491,13 +559,24 @@ void qgemm_prefill(const cpu::QGemmArgs& a, int64_t n0, int64_t n1) {
              [&](int64_t n, int64_t ncols, int64_t k0, int64_t k1, float* p) {
                const int64_t kn = k1 - k0;
                int64_t j = 0;
-               for (; j + V::NR <= ncols; j += V::NR)
-                 dequant_tile<V::NR, BITS>(a, a.q + (n + j) * a.ldq, a.scales + (n + j) * a.lds,
-                                           a.biases + (n + j) * a.lds, k0, k1, rows.data() + j * kn);
-               for (; j < ncols; j++)
+               if (kn % KS == 0)
+                 for (; j + V::W <= ncols; j += V::W) pack_panel_codes<BITS>(a, n + j, k0, k1, p + j);
+               if (j == 0) {
+                 for (; j + V::NR <= ncols; j += V::NR)
+                   dequant_tile<V::NR, BITS>(a, a.q + (n + j) * a.ldq, a.scales + (n + j) * a.lds,
+                                             a.biases + (n + j) * a.lds, k0, k1, rows.data() + j * kn);
+                 for (; j < ncols; j++)
+                   dequant_tile<1, BITS>(a, a.q + (n + j) * a.ldq, a.scales + (n + j) * a.lds,
+                                         a.biases + (n + j) * a.lds, k0, k1, rows.data() + j * kn);
+                 return pack_panel(rows.data(), kn, ncols, kn, p);
+               }
+               for (; j < ncols; j++) {
                  dequant_tile<1, BITS>(a, a.q + (n + j) * a.ldq, a.scales + (n + j) * a.lds, a.biases + (n + j) * a.lds,
-                                       k0, k1, rows.data() + j * kn);
-               pack_panel(rows.data(), kn, ncols, kn, p);
+                                       k0, k1, rows.data());
+                 for (int64_t k = 0; k < kn; k++) p[k * NC + j] = rows[k];
+               }
+               for (; j < NC; j++)
+                 for (int64_t k = 0; k < kn; k++) p[k * NC + j] = 0.0f;
              });
 }
 

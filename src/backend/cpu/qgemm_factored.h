@@ -1,5 +1,6 @@
 #pragma once
-// Quantized matmul for decode and verification in the factored form (AVX-512; qgemm_factored_avx512.cpp).
+// Quantized matmul for decode and verification in the factored form (AVX-512: qgemm_factored_avx512.cpp; AVX2:
+// qgemm_factored_avx2.cpp, whose blocks and activation layout are its own, described there).
 //
 // Per weight row and group of inputs, s·Σ(x·q) + b·Σx instead of Σ x·(s·q + b): the codes are multiplied with the
 // activations as they are and the scale is applied once per 32-input half-block, so no weight is dequantized. The
@@ -27,8 +28,11 @@ inline int64_t factored_width(int64_t K, int group) { return K + (K / group + 15
 void factored_x(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group, float* out);
 // Rows [n0, n1) of a matmul whose a.x was prepared by factored_x (a.ldx its row width).
 void qgemm_factored_avx512(const QGemmArgs& a, int64_t n0, int64_t n1);
+// The same on AVX2, with activations prepared by factored_x_avx2 (also factored_width(K, group) floats per row).
+void factored_x_avx2(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group, float* out);
+void qgemm_factored_avx2(const QGemmArgs& a, int64_t n0, int64_t n1);
 
-// Input index (within its block) of lane i of vector j, and the bit position of its code in the lane's word.
+// AVX-512: input index (within its block) of lane i of vector j, and the bit position of its code in the lane's word.
 // int8: a block is 16 words of 4 codes; lane i of vector j is byte j of word i (input 4i + j).
 // int4: a block is 8 words of 8 codes, loaded twice (lanes 8..15 see words 0..7 again); lane i of vector j is nibble
 // j + 4·(i / 8) of word i % 8 (input 8·(i % 8) + j + 4·(i / 8)).

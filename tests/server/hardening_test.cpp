@@ -350,7 +350,10 @@ TEST_F(Hardening, OutOfRangeOptionsAndDurationsAre400) {
   auto ok = gen(json{{"num_predict", 3}, {"top_k", 40}, {"seed", -1}}, json{{"keep_alive", "1e20"}});
   ASSERT_TRUE(ok);
   ASSERT_EQ(ok->status, 200) << ok->body;
-  EXPECT_EQ(json::parse(ok->body)["eval_count"], 3);
+  // Three tokens, or fewer when the sampling (a random seed) drew a stop token first.
+  const json done = json::parse(ok->body);
+  const int64_t evals = done.value("eval_count", int64_t(-1));
+  EXPECT_TRUE(evals == 3 || (evals >= 0 && evals < 3 && done.value("done_reason", "") == "stop")) << ok->body;
   // OpenAI's max_tokens goes through the same checks.
   auto oa = post("/v1/chat/completions", {{"model", "tiny"},
                                           {"messages", {{{"role", "user"}, {"content", "hi"}}}},

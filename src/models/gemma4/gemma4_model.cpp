@@ -218,19 +218,19 @@ ForwardResult Gemma4Model::forward_eager(KvState& st, const std::vector<int32_t>
                                            l.pre_ff_ln);
     x = a.residual;
     const Tensor& next = i + 1 < cfg_.num_layers ? layers_[i + 1].input_ln : final_norm_;
-    // The layer's last residual add also applies its scalar.
-    const float last_scale = ple.defined() ? 1.0f : l.layer_scalar;
+    // The layer's last residual add (the feed-forward's, or the per-layer input's after it) also applies its scalar.
     ops::ResidualAndNorm o;
     if (cfg_.enable_moe_block) {
       const Tensor f = moe_block(l, x, a.normed);
       if (ple.defined())
         x = ops::add_rms_norm(x, f, l.post_ff_ln, eps);
       else
-        o = ops::add_rms_norm_norm(x, f, l.post_ff_ln, eps, last_scale, next);
+        o = ops::add_rms_norm_norm(x, f, l.post_ff_ln, eps, l.layer_scalar, next);
     } else if (ple.defined()) {
       x = ops::matmul_add_rms_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps);
     } else {
-      o = ops::matmul_add_rms_norm_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps, last_scale, next);
+      o = ops::matmul_add_rms_norm_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps, l.layer_scalar,
+                                        next);
     }
     if (ple.defined())
       o = ops::matmul_add_rms_norm_norm(ops::matmul_gated(x, l.ple_gate, ple.select(0, i), Unary::GeluTanh),

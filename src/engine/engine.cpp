@@ -105,9 +105,11 @@ GenerateStats Engine::generate(const std::vector<int32_t>& prompt, const Generat
   return executor_.run([&] {
     if (static_cast<int64_t>(prompt.size()) >= num_ctx_)
       throw InvalidInput(fmt::format("the prompt is {} tokens, over the context length of {}", prompt.size(), num_ctx_));
-    // Longest prefix shared with the live sequence...
+    // Longest prefix shared with the live sequence, short of the whole prompt: the last prompt token is always
+    // evaluated (its logits choose the first new token), so the state must be able to rewind to before it. A
+    // sliding cache can hold the window for one length and have lost it for the length before.
     size_t lcp = 0;
-    while (lcp < live_tokens_.size() && lcp < prompt.size() && live_tokens_[lcp] == prompt[lcp]) lcp++;
+    while (lcp + 1 < prompt.size() && lcp < live_tokens_.size() && live_tokens_[lcp] == prompt[lcp]) lcp++;
     // ...or a longer one from the prefix cache.
     auto m = prefix_->lookup(prompt);
     if (m.snapshot && static_cast<size_t>(m.length) > lcp && m.length < static_cast<int64_t>(prompt.size())) {

@@ -73,6 +73,23 @@ TEST_P(PrefixReuse, AlternatingConversationsRestoreFromTheTrie) {
   EXPECT_EQ(ask(cold2, branch, 8).tokens, d.tokens);
 }
 
+TEST_P(PrefixReuse, TheSamePromptAgainAfterAnswersOfEveryLength) {
+  // A repeated prompt re-evaluates its last token, so the state rewinds to one short of the prompt. A sliding
+  // ring keeps the window for some lengths only: after some answer length it holds the window before the whole
+  // prompt but no longer the one before its last token. Every length up to well past the ring must work.
+  const auto& cases = fixture_index()["models"][GetParam()]["cases"];
+  auto p = ints(cases[2]["prompt"]);
+  Engine cold(ModelSource::from_directory(model_dir(GetParam())), test_device());
+  const std::vector<int32_t> want = ask(cold, p, 4).tokens;
+  Engine e(ModelSource::from_directory(model_dir(GetParam())), test_device());
+  for (int n = 1; n <= 96; n++) {
+    ask(e, p, n);
+    Result again;
+    ASSERT_NO_THROW(again = ask(e, p, 4)) << "after an answer of " << n << " tokens";
+    EXPECT_EQ(again.tokens, want) << "after an answer of " << n << " tokens";
+  }
+}
+
 class SpeculativePrefixReuse : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(SpeculativePrefixReuse, RequestsReuseAndStayExact) {

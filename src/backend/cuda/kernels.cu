@@ -395,14 +395,72 @@ struct GemvJob {
 constexpr int kNormThreads = 128;
 
 // y = (x + f · inv_rms(f) · w) · s and, with n, n = y · inv_rms(y) · w2, for one row of D by the block's first
-// kNormThreads threads (every thread of the block calls it; the others add nothing to the sums). Loads go eight at
-// a time; f is read from L2 (other blocks of a fused launch wrote it).
+// kNormThreads threads (every thread of the block calls it; the others add nothing to the sums). Each thread takes
+// elements i0 + u·kNormThreads, eight at a time; f is read from L2 (other blocks of a fused launch wrote it).
+// Rows of up to kNormThreads · 8 · kNormHeld elements are loaded once, every input in one round trip, and kept in
+// registers; longer rows go in slices of eight per thread, each pass loading again. Both sum in the same order.
+constexpr int kNormHeld = 2;
+
+__device__ __forceinline__ float inv_rms_of(float ss, float Df, float eps, float* scratch) {
+  return __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(block_sum(ss, scratch), Df), eps)));
+}
+
 __device__ void residual_norm_row(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
                                   float* y, const float* w2, float* n, float* scratch) {
   // Rounded intrinsics throughout: the compiler contracts nothing, whichever kernel this is inlined into.
   constexpr int U = 8;
   const bool in = threadIdx.x < kNormThreads;
   const float Df = static_cast<float>(D);
+  auto normed = [&](float fv, float inv, float wv) {
+    return w ? __fmul_rn(__fmul_rn(fv, inv), wv) : __fmul_rn(fv, inv);
+  };
+  auto residual = [&](float xv, float nv) {
+    float v = __fadd_rn(xv, nv);
+    return s != 1.0f ? __fmul_rn(v, s) : v;
+  };
+  if (D <= kNormThreads * U * kNormHeld) {
+    float fv[kNormHeld][U], xv[kNormHeld][U], wv[kNormHeld][U], w2v[kNormHeld][U];
+#pragma unroll
+    for (int h = 0; h < kNormHeld; h++)
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int64_t i = threadIdx.x + (h * U + u) * kNormThreads;
+        const bool ok = in && i < D;
+        fv[h][u] = ok ? __ldcg(f + i) : 0.0f;
+        xv[h][u] = ok ? x[i] : 0.0f;
+        wv[h][u] = ok && w ? w[i] : 1.0f;
+        w2v[h][u] = ok && n && w2 ? w2[i] : 1.0f;
+      }
+    float ss = 0.0f;
+#pragma unroll
+    for (int h = 0; h < kNormHeld; h++)
+#pragma unroll
+      for (int u = 0; u < U; u++) ss = __fadd_rn(ss, __fmul_rn(fv[h][u], fv[h][u]));
+    const float inv = inv_rms_of(ss, Df, eps, scratch);
+    float ss2 = 0.0f;
+#pragma unroll
+    for (int h = 0; h < kNormHeld; h++)
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int64_t i = threadIdx.x + (h * U + u) * kNormThreads;
+        const float v = residual(xv[h][u], normed(fv[h][u], inv, wv[h][u]));
+        xv[h][u] = v;  // y, kept for the second norm
+        if (in && i < D) {
+          y[i] = v;
+          ss2 = __fadd_rn(ss2, __fmul_rn(v, v));
+        }
+      }
+    if (!n) return;
+    const float inv2 = inv_rms_of(ss2, Df, eps, scratch);
+#pragma unroll
+    for (int h = 0; h < kNormHeld; h++)
+#pragma unroll
+      for (int u = 0; u < U; u++) {
+        const int64_t i = threadIdx.x + (h * U + u) * kNormThreads;
+        if (in && i < D) n[i] = w2 ? __fmul_rn(__fmul_rn(xv[h][u], inv2), w2v[h][u]) : __fmul_rn(xv[h][u], inv2);
+      }
+    return;
+  }
   float ss = 0.0f;
   for (int64_t i0 = threadIdx.x; in && i0 < D; i0 += kNormThreads * U) {
     float v[U];
@@ -414,7 +472,7 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
 #pragma unroll
     for (int u = 0; u < U; u++) ss = __fadd_rn(ss, __fmul_rn(v[u], v[u]));
   }
-  const float inv = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(block_sum(ss, scratch), Df), eps)));
+  const float inv = inv_rms_of(ss, Df, eps, scratch);
   float ss2 = 0.0f;
   for (int64_t i0 = threadIdx.x; in && i0 < D; i0 += kNormThreads * U) {
     float fv[U], xv[U], wv[U];
@@ -429,15 +487,13 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
     for (int u = 0; u < U; u++) {
       const int64_t i = i0 + u * kNormThreads;
       if (i >= D) break;
-      const float nv = w ? __fmul_rn(__fmul_rn(fv[u], inv), wv[u]) : __fmul_rn(fv[u], inv);
-      float v = __fadd_rn(xv[u], nv);
-      if (s != 1.0f) v = __fmul_rn(v, s);
+      const float v = residual(xv[u], normed(fv[u], inv, wv[u]));
       y[i] = v;
       ss2 = __fadd_rn(ss2, __fmul_rn(v, v));
     }
   }
   if (!n) return;
-  const float inv2 = __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(block_sum(ss2, scratch), Df), eps)));
+  const float inv2 = inv_rms_of(ss2, Df, eps, scratch);
   for (int64_t i0 = threadIdx.x; in && i0 < D; i0 += kNormThreads * U) {
     float yv[U], wv[U];
 #pragma unroll
@@ -451,6 +507,17 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
       const int64_t i = i0 + u * kNormThreads;
       if (i < D) n[i] = w2 ? __fmul_rn(__fmul_rn(yv[u], inv2), wv[u]) : __fmul_rn(yv[u], inv2);
     }
+  }
+}
+
+// The inputs of a fused launch's residual norm other than the products (the residual row and the norm weights),
+// asked of L2 by one warp at the launch's start, so that the last block's norm finds them there.
+__device__ __forceinline__ void residual_norm_warm(const ResidualNorm& r, int64_t D) {
+  if (blockIdx.x != 0 || threadIdx.x >= 32) return;
+  for (int64_t i = threadIdx.x * 32; i < D; i += 32 * 32) {  // a 128-byte line per lane
+    asm volatile("prefetch.global.L2 [%0];" ::"l"(r.res + i));
+    if (r.w) asm volatile("prefetch.global.L2 [%0];" ::"l"(r.w + i));
+    if (r.n && r.w2) asm volatile("prefetch.global.L2 [%0];" ::"l"(r.w2 + i));
   }
 }
 
@@ -474,7 +541,6 @@ __device__ __forceinline__ void residual_norm_tail(const ResidualNorm r, int64_t
 
 template <int TT, int R, int BITS, int EPI>
 __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int parts) {
-  pdl_begin();
   constexpr int RO = EPI == 1 ? R / 2 : R;  // output rows per warp
   __shared__ float partial[4][R][TT];
   const float* __restrict__ x = j.x;
@@ -496,15 +562,30 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
     const int seg = EPI == 1 ? (r >= RO) : segment(n);
     rowp[r] = n < N ? static_cast<const uint4*>(weight_row(j.w[seg], 0, local(n, seg))) : nullptr;
   }
+  pdl_begin();
+  if (EPI == 0 && j.rn.counter) residual_norm_warm(j.rn, N);
   float acc[R][TT];
 #pragma unroll
   for (int r = 0; r < R; r++)
 #pragma unroll
     for (int t = 0; t < TT; t++) acc[r][t] = 0.0f;
-  for (int64_t c = lane + 32 * part; c < chunks; c += 32 * parts) {
-    uint4 q[R];
+  // A lane's chunks go U at a time: all their loads are issued before any is used, so that a small matrix (a few
+  // chunks per lane) is one memory round trip rather than one per chunk. The sums run in chunk order as before.
+  constexpr int U = BITS ? 2 : (TT <= 2 ? 4 : 2);
+  const int64_t stride = 32 * parts;
+  for (int64_t c0 = lane + 32 * part; c0 < chunks; c0 += stride * U) {
+    uint4 qs[U][R];
 #pragma unroll
-    for (int r = 0; r < R; r++) q[r] = rowp[r] ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
+    for (int u = 0; u < U; u++) {
+      const int64_t c = c0 + u * stride;
+#pragma unroll
+      for (int r = 0; r < R; r++) qs[u][r] = rowp[r] && c < chunks ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+    const int64_t c = c0 + u * stride;
+    if (c >= chunks) break;
+    const uint4* q = qs[u];
     if constexpr (BITS == 0) {
       // Converted once, used for every input row.
       float wv[R][8];
@@ -592,6 +673,7 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
       for (int r = 0; r < R; r++) acc[r][t] += sc[r] * dq[r][t] + bi[r] * sx[t];
     }
     }
+    }
   }
   // Row sums; then each output row's epilogue, by lane 0 (one part) or from the parts' sums in shared memory.
 #pragma unroll
@@ -676,7 +758,6 @@ constexpr int kMmaWarps = 16;  // warps per block
 // projection's tile go to two sets of `parts` warps. Epilogues as in gemv_chunks_kernel.
 template <int EPI>
 __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob j, int parts) {
-  pdl_begin();
   __shared__ float partial[kMmaWarps][4][32];
   const int64_t ldx = j.ldx, K = j.K, N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
   const int T = j.T;
@@ -694,6 +775,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob 
     const int seg = EPI == 1 ? which : segment(n);
     rowp[h] = n < N ? static_cast<const uint4*>(weight_row(j.w[seg], 0, local(n, seg))) : nullptr;
   }
+  pdl_begin();
+  if (EPI == 0 && j.rn.counter) residual_norm_warm(j.rn, N);
   const float* xrow = g < T ? j.x + g * ldx : nullptr;
   const int64_t chunks = K / 8, steps = (chunks + 7) / 8;
   float acc[3][4];
@@ -874,13 +957,29 @@ __device__ float inv_rms(const float* r, int64_t D, float eps, float* scratch) {
   return 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
 }
 
+// y = x · inv (· w): a normed row, by the whole block.
+__device__ __forceinline__ void normed_row(const float* x, float inv, const float* w, int64_t D, float* y) {
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y[i] = w ? x[i] * inv * w[i] : x[i] * inv;
+}
+
+// The cache slot of position p (a ring's slot, or p itself), or -1 after flagging a position that has none: the
+// first bad position goes to bad[1] and bad[0] is set (the backend checks it after the op).
+__device__ __forceinline__ int64_t kv_slot(int32_t p, int64_t C, bool ring, int* bad) {
+  if (p < 0 || (!ring && p >= C)) {
+    if (threadIdx.x == 0) {
+      bad[1] = p;
+      atomicExch(bad, 1);
+    }
+    return -1;
+  }
+  return ring ? p % C : p;
+}
+
 __global__ void rms_norm_kernel(const float* x, const float* w, int64_t D, float eps, float* y) {
   pdl_begin();
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * D;
-  float* yr = y + blockIdx.x * D;
-  const float inv = inv_rms(xr, D, eps, scratch);
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
+  normed_row(xr, inv_rms(xr, D, eps, scratch), w, D, y + blockIdx.x * D);
 }
 
 // One row of a residual norm per block of kNormThreads (see residual_norm_row).
@@ -896,6 +995,8 @@ __global__ void add_rms_norm_kernel(const float* x, const float* f, const float*
 // row waits in shared memory, D floats, between the two); for up to three tensors of one T and D, a block per
 // (tensor, row, head) (rms_norm_rope launches it for one). A tensor without rope is only normed, with
 // rms_norm_kernel's arithmetic.
+constexpr int kRowHeld = 4;  // elements per thread that rms_norm_rope_many_kernel keeps in registers
+
 __global__ void rms_norm_rope_many_kernel(const NormRopeJob j, const int32_t* pos, const float* f, int64_t n,
                                           bool interleaved) {
   pdl_begin();
@@ -911,32 +1012,68 @@ __global__ void rms_norm_rope_many_kernel(const NormRopeJob j, const int32_t* po
   if (j.cache[g]) {  // a cache append's row: to its slot, as kv_write_kernel places it
     const int64_t t = b / j.H[g], h = b % j.H[g];
     const int32_t p = pos[t];
-    if (p < 0 || (!j.ring && p >= j.C)) {
-      if (threadIdx.x == 0) {
-        j.bad[1] = p;
-        atomicExch(j.bad, 1);
-      }
-      return;
-    }
-    const int64_t slot = j.ring ? p % j.C : p;
+    const int64_t slot = kv_slot(p, j.C, j.ring, j.bad);
+    if (slot < 0) return;
     yr = j.cache[g] + (slot * j.H[g] + h) * D;
     if (g == j.marks && h == 0 && threadIdx.x == 0) j.slot_pos[slot] = p;
   }
-  const float inv = inv_rms(xr, D, j.eps, scratch);
-  if (!j.rope[g]) {
-    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
-    return;
-  }
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) row[i] = w ? xr[i] * inv * w[i] : xr[i] * inv;
-  __syncthreads();
-  const float p = static_cast<float>(pos[b / j.H[g]]);
-  for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
-    float sn, c;
-    sincosf(p * f[i], &sn, &c);
+  const bool rope = j.rope[g];
+  auto rotate = [&](int64_t i, float sn, float c) {
     const int64_t a = interleaved ? 2 * i : i, e = interleaved ? 2 * i + 1 : i + D / 2;
     const float x0 = row[a], x1 = row[e];
     row[a] = x0 * c - x1 * sn;
     row[e] = x1 * c + x0 * sn;
+  };
+  if (D <= kRowHeld * blockDim.x) {
+    // The row, its weights, and the rotation's angles are all asked for at once (one memory round trip, the angles
+    // computed while the sum of squares is reduced); the same arithmetic as the general path below.
+    float xv[kRowHeld], wv[kRowHeld], sn[kRowHeld / 2], cs[kRowHeld / 2];
+#pragma unroll
+    for (int k = 0; k < kRowHeld; k++) {
+      const int64_t i = threadIdx.x + k * blockDim.x;
+      xv[k] = i < D ? xr[i] : 0.0f;
+      wv[k] = i < D && w ? w[i] : 1.0f;
+    }
+    if (rope) {
+      const float p = static_cast<float>(pos[b / j.H[g]]);
+#pragma unroll
+      for (int k = 0; k < kRowHeld / 2; k++) {
+        const int64_t i = threadIdx.x + k * blockDim.x;
+        if (i < n) sincosf(p * f[i], &sn[k], &cs[k]);
+      }
+    }
+    float ss = 0.0f;
+#pragma unroll
+    for (int k = 0; k < kRowHeld; k++)
+      if (threadIdx.x + k * blockDim.x < D) ss += xv[k] * xv[k];
+    const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / static_cast<float>(D) + j.eps);
+    float* out = rope ? row : yr;
+#pragma unroll
+    for (int k = 0; k < kRowHeld; k++) {
+      const int64_t i = threadIdx.x + k * blockDim.x;
+      if (i < D) out[i] = w ? xv[k] * inv * wv[k] : xv[k] * inv;
+    }
+    if (!rope) return;
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kRowHeld / 2; k++) {
+      const int64_t i = threadIdx.x + k * blockDim.x;
+      if (i < n) rotate(i, sn[k], cs[k]);
+    }
+  } else {
+    const float inv = inv_rms(xr, D, j.eps, scratch);
+    if (!rope) {
+      normed_row(xr, inv, w, D, yr);
+      return;
+    }
+    normed_row(xr, inv, w, D, row);
+    __syncthreads();
+    const float p = static_cast<float>(pos[b / j.H[g]]);
+    for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
+      float sn, c;
+      sincosf(p * f[i], &sn, &c);
+      rotate(i, sn, c);
+    }
   }
   __syncthreads();
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = row[i];
@@ -1457,14 +1594,8 @@ __global__ void kv_write_kernel(KvWriteArgs a) {
   pdl_begin();
   const int64_t t = blockIdx.x / a.H, h = blockIdx.x % a.H;
   const int32_t p = a.positions[t];
-  if (p < 0 || (!a.ring && p >= a.C)) {
-    if (threadIdx.x == 0) {
-      a.bad[1] = p;
-      atomicExch(a.bad, 1);
-    }
-    return;
-  }
-  const int64_t slot = a.ring ? p % a.C : p;
+  const int64_t slot = kv_slot(p, a.C, a.ring, a.bad);
+  if (slot < 0) return;
   const float* k = a.k + t * a.skT + h * a.skH;
   float* kd = a.keys + (slot * a.H + h) * a.D;
   for (int64_t d = threadIdx.x; d < a.D; d += blockDim.x) kd[d] = k[d];

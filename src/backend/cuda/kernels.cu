@@ -180,6 +180,8 @@ __device__ __forceinline__ void pdl_begin() {
 
 bool g_pdl = false;
 bool g_gemv_mma = false;
+int g_gemv_warps = 4096;  // a chunked GEMV splits K until it has about this many warps
+int g_split_keys = 16;    // decode attention splits the slots until a split has fewer than twice this many
 
 template <typename... Params, typename... Args>
 void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
@@ -1718,6 +1720,10 @@ __global__ void route_kernel(RouteArgs a) {
 
 void set_programmatic_launch(bool on) { g_pdl = on; }
 void set_gemv_tensor_cores(bool on) { g_gemv_mma = on; }
+void set_launch_shape(int gemv_warps, int split_keys) {
+  if (gemv_warps > 0) g_gemv_warps = gemv_warps;
+  if (split_keys > 0) g_split_keys = split_keys;
+}
 
 void copy(const View& src, const View& dst, cudaStream_t s) {
   const int64_t n = numel(dst);
@@ -1742,7 +1748,7 @@ void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
   // chunk per lane.
   const int64_t per_lane = BITS ? 1 : 2;
   int parts = 1;
-  while (parts < 4 && row_groups * parts < 4096 && chunks / (32 * parts * 2) >= per_lane) parts *= 2;
+  while (parts < 4 && row_groups * parts < g_gemv_warps && chunks / (32 * parts * 2) >= per_lane) parts *= 2;
   const int64_t blocks = (row_groups + (4 / parts) - 1) / (4 / parts);
   launch(gemv_chunks_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, j, parts);
 }
@@ -1971,7 +1977,7 @@ int attention_splits(const AttentionArgs& a) {
   // keys so that there are up to a thousand blocks, each with at least 16 keys (one per warp).
   const int64_t blocks = a.T * a.Hq;
   int64_t splits = 1;
-  while (blocks * splits * 2 <= 1024 && a.S / (splits * 2) >= 16 && blocks <= kAttentionCounters) splits *= 2;
+  while (blocks * splits * 2 <= 1024 && a.S / (splits * 2) >= g_split_keys && blocks <= kAttentionCounters) splits *= 2;
   return static_cast<int>(splits);
 }
 

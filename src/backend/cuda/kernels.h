@@ -48,6 +48,9 @@ void set_programmatic_launch(bool on);
 // off (the default), on the f32 FMA units. Decode and verification rows take the same path either way, so greedy
 // speculative decoding equals plain decoding under both.
 void set_gemv_tensor_cores(bool on);
+// How finely work is split (values <= 0 keep the defaults): the warps a chunked GEMV aims for when splitting each
+// row's K, and the fewest slots per split of decode attention.
+void set_launch_shape(int gemv_warps, int split_keys);
 
 void copy(const View& src, const View& dst, cudaStream_t s);
 void fill(const View& dst, float value, cudaStream_t s);

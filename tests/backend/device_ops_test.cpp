@@ -595,6 +595,42 @@ TEST(DeviceOps, Attention) {
   });
 }
 
+TEST(DeviceOps, AttentionDecodeRowsEqualVerifyRowsBitForBit) {
+  // Greedy speculative decoding equals plain decoding only if a query verified among 2-8 others gets the bits it
+  // gets alone (as the GEMV's rows do): however the keys are split, the split must not depend on the query count.
+  FOR_EACH_DEVICE([](Device dev) {
+    struct Case {
+      int64_t S, Hq, D;
+      int window;
+    };
+    for (Case c : {Case{544, 8, 256, 512}, Case{4000, 8, 512, 0}, Case{1200, 20, 64, 0}, Case{300, 2, 128, 0}}) {
+      SCOPED_TRACE(fmt::format("S={} Hq={} D={} window={}", c.S, c.Hq, c.D, c.window));
+      const int64_t T = 8;
+      Tensor q = on(dev, random_host({T, c.Hq, c.D}));
+      Tensor k = on(dev, random_host({c.S, 1, c.D})), v = on(dev, random_host({c.S, 1, c.D}));
+      std::vector<int32_t> kp(c.S), qp(T);
+      for (int64_t s = 0; s < c.S; s++) kp[s] = static_cast<int32_t>(s);
+      for (int64_t t = 0; t < T; t++) qp[t] = static_cast<int32_t>(c.S - T + t);
+      Tensor kpos = on(dev, Tensor::from_ints(kp, {c.S}));
+      Tensor qpos = on(dev, Tensor::from_ints(qp, {T}));
+      AttentionParams p;
+      p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
+      p.window = c.window;
+      Backend& be = backend_for(dev);
+      Tensor all = be.empty({T, c.Hq, c.D}, DType::F32);
+      be.attention(q, k, v, qpos, kpos, p, all);
+      const Tensor all_host = ops::to_host(all);
+      for (int64_t t = 0; t < T; t++) {
+        Tensor one = be.empty({1, c.Hq, c.D}, DType::F32);
+        be.attention(q.slice(0, t, t + 1), k, v, qpos.slice(0, t, t + 1), kpos, p, one);
+        const Tensor h = ops::to_host(one);
+        for (int64_t i = 0; i < c.Hq * c.D; i++)
+          ASSERT_EQ(h.data<float>()[i], all_host.data<float>()[t * c.Hq * c.D + i]) << "query " << t << ", " << i;
+      }
+    }
+  });
+}
+
 // ---- mixture of experts: the CPU against naive references, then every device against the CPU ----
 
 struct MoeCase {

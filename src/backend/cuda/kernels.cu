@@ -1974,10 +1974,12 @@ void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, con
 
 int attention_splits(const AttentionArgs& a) {
   // Few (query, head) blocks over many keys leave most SMs idle, and each warp's keys follow one another: split the
-  // keys so that there are up to a thousand blocks, each with at least 16 keys (one per warp).
-  const int64_t blocks = a.T * a.Hq;
+  // keys so that one query's heads make up to a thousand blocks, each with at least 16 keys (one per warp). The
+  // split depends on the heads and keys only, never on the query count: a query verified among others is summed
+  // in the same order as when it is decoded alone, so it gets the same bits.
+  if (a.T * a.Hq > kAttentionCounters) return 1;
   int64_t splits = 1;
-  while (blocks * splits * 2 <= 1024 && a.S / (splits * 2) >= g_split_keys && blocks <= kAttentionCounters) splits *= 2;
+  while (a.Hq * splits * 2 <= 1024 && a.S / (splits * 2) >= g_split_keys) splits *= 2;
   return static_cast<int>(splits);
 }
 

@@ -1,5 +1,6 @@
 #include "backend/cpu/simd.h"
 
+#include "backend/cpu/hsum_avx2.h"
 #include "backend/cpu/parallel.h"
 
 // GCC 12 reports false "uninitialized" warnings inside its own AVX-512 reduction intrinsics.
@@ -62,13 +63,6 @@ void axpy_rows_generic(const float* p, int64_t ldp, int64_t nq, const float* con
 
 // ---- AVX2 + FMA ----
 #define AVX2 __attribute__((target("avx2,fma")))
-AVX2 inline float hsum256(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
 AVX2 inline __m256 load_bf16x8(const uint16_t* p) {
   __m128i h = _mm_loadu_si128(reinterpret_cast<const __m128i*>(p));
   return _mm256_castsi256_ps(_mm256_slli_epi32(_mm256_cvtepu16_epi32(h), 16));
@@ -80,7 +74,7 @@ AVX2 float dot_f32_avx2(const float* x, const float* w, int64_t n) {
     a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), _mm256_loadu_ps(w + i), a0);
     a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), _mm256_loadu_ps(w + i + 8), a1);
   }
-  float s = hsum256(_mm256_add_ps(a0, a1));
+  float s = hsum_avx2(_mm256_add_ps(a0, a1));
   for (; i < n; i++) s += x[i] * w[i];
   return s;
 }
@@ -91,7 +85,7 @@ AVX2 float dot_bf16_avx2(const float* x, const uint16_t* w, int64_t n) {
     a0 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i), load_bf16x8(w + i), a0);
     a1 = _mm256_fmadd_ps(_mm256_loadu_ps(x + i + 8), load_bf16x8(w + i + 8), a1);
   }
-  float s = hsum256(_mm256_add_ps(a0, a1));
+  float s = hsum_avx2(_mm256_add_ps(a0, a1));
   for (; i < n; i++) s += x[i] * bf(w[i]);
   return s;
 }
@@ -105,10 +99,10 @@ AVX2 void dot4_bf16_avx2(const float* x, int64_t ldx, const uint16_t* w, int64_t
     a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + 2 * ldx + i), wv, a2);
     a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + 3 * ldx + i), wv, a3);
   }
-  y[0] = hsum256(a0);
-  y[1] = hsum256(a1);
-  y[2] = hsum256(a2);
-  y[3] = hsum256(a3);
+  y[0] = hsum_avx2(a0);
+  y[1] = hsum_avx2(a1);
+  y[2] = hsum_avx2(a2);
+  y[3] = hsum_avx2(a3);
   for (; i < n; i++) {
     float wv = bf(w[i]);
     for (int r = 0; r < 4; r++) y[r] += x[r * ldx + i] * wv;
@@ -124,10 +118,10 @@ AVX2 void dot4_f32_avx2(const float* x, int64_t ldx, const float* w, int64_t n, 
     a2 = _mm256_fmadd_ps(_mm256_loadu_ps(x + 2 * ldx + i), wv, a2);
     a3 = _mm256_fmadd_ps(_mm256_loadu_ps(x + 3 * ldx + i), wv, a3);
   }
-  y[0] = hsum256(a0);
-  y[1] = hsum256(a1);
-  y[2] = hsum256(a2);
-  y[3] = hsum256(a3);
+  y[0] = hsum_avx2(a0);
+  y[1] = hsum_avx2(a1);
+  y[2] = hsum_avx2(a2);
+  y[3] = hsum_avx2(a3);
   for (; i < n; i++)
     for (int r = 0; r < 4; r++) y[r] += x[r * ldx + i] * w[i];
 }

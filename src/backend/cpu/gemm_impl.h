@@ -517,7 +517,12 @@ inline void pack_panel_codes(const cpu::QGemmArgs& a, int64_t n, int64_t k0, int
   for (int64_t k = k0; k < k1; k += KS) {
     typename V::vec r[V::W];
 #pragma GCC unroll 16
-    for (int i = 0; i < V::W; i++) r[i] = V::load_words(a.q + (n + i) * a.ldq + k * BITS / 8);
+    for (int i = 0; i < V::W; i++) {
+      r[i] = V::load_words(a.q + (n + i) * a.ldq + k * BITS / 8);
+      // The same words of the next W rows (the next call's block), as pack_panel does: the W strided loads that
+      // start a block waited for memory, a row's first line is too far apart for the hardware to stream.
+      __builtin_prefetch(a.q + (n + V::W + i) * a.ldq + k * BITS / 8, 0, 3);
+    }
     V::transpose(r);
 #pragma GCC unroll 16
     for (int i = 0; i < V::W; i++) {

@@ -517,7 +517,7 @@ void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K,
 
 int64_t qgemm_x_permuted(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int,
                          std::vector<float>& out) {
-  if (bits != 4) return 0;
+  if (bits != 4 || T >= kPanelMinT) return 0;
   out.resize(static_cast<size_t>(T * K));
   permute_int4_activations(x, ldx, T, K, out.data());
   return K;

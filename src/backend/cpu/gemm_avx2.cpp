@@ -6,6 +6,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "backend/cpu/hsum_avx2.h"
 #include "backend/cpu/qgemm_factored.h"
 #include "backend/cpu/simd.h"
 
@@ -61,13 +62,7 @@ struct V {
                                        _mm256_set1_epi32(static_cast<int>(mask)));
     return _mm256_cvtepi32_ps(c);
   }
-  static float reduce(vec v) {
-    __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-    lo = _mm_add_ps(lo, hi);
-    lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-    lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-    return _mm_cvtss_f32(lo);
-  }
+  static float reduce(vec v) { return hsum_avx2(v); }
   static void transpose(vec* r) {  // 8 × 8: unpack pairs, then 64-bit pairs, then 128-bit halves
     __m256 t[8], u[8];
     for (int i = 0; i < 8; i += 2) {

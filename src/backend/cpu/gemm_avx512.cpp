@@ -18,6 +18,23 @@
 namespace vatic::cpu {
 namespace {
 
+// The index vectors of V::transpose's four stages (pairs of rows 8, 4, 2 and 1 apart), fixed at compile time. Built
+// inside the transpose they were 16 scalar stores read back by one vector load, twice per stage of every transpose
+// (a failed store-to-load forward each): most of the time of packing prefill panels that was not the permutes.
+struct TransposeIndex {
+  alignas(64) int32_t lo[4][16];
+  alignas(64) int32_t hi[4][16];
+  constexpr TransposeIndex() : lo{}, hi{} {
+    for (int b = 8, stage = 0; b >= 1; b /= 2, stage++)
+      for (int l = 0; l < 16; l++) {
+        const int g = l / (2 * b) * 2 * b, q = l % (2 * b);
+        lo[stage][l] = q < b ? g + q : 16 + g + q - b;
+        hi[stage][l] = q < b ? g + b + q : 16 + g + q;
+      }
+  }
+};
+constexpr TransposeIndex kTransposeIndex;
+
 struct V {
   using vec = __m512;
   static constexpr int W = 16, NR = 4, TR_DENSE = 6, TR_QUANT = 4, TR_ROW = 4;
@@ -68,14 +85,9 @@ struct V {
   // every 2b × 2b block (registers i and i + b, lanes grouped by 2b).
   static void transpose(vec* r) {
 #pragma GCC unroll 4
-    for (int b = 8; b >= 1; b /= 2) {
-      alignas(64) int32_t lo[16], hi[16];
-      for (int l = 0; l < 16; l++) {
-        const int g = l / (2 * b) * 2 * b, q = l % (2 * b);
-        lo[l] = q < b ? g + q : 16 + g + q - b;
-        hi[l] = q < b ? g + b + q : 16 + g + q;
-      }
-      const __m512i il = _mm512_load_si512(lo), ih = _mm512_load_si512(hi);
+    for (int b = 8, stage = 0; b >= 1; b /= 2, stage++) {
+      const __m512i il = _mm512_load_si512(kTransposeIndex.lo[stage]);
+      const __m512i ih = _mm512_load_si512(kTransposeIndex.hi[stage]);
 #pragma GCC unroll 16
       for (int i = 0; i < 16; i++) {
         if (i & b) continue;

@@ -113,11 +113,15 @@ inline int64_t token_tile(int64_t remaining, int max) {
 // activations, then TR·PC FMAs. Unlike the dot form above (which ends every tile with NR·TR horizontal sums,
 // as many instructions as its FMAs when K is 256), nothing is reduced. Each output is summed in input order;
 // only the order of the f32 sum differs from the other paths, no value is rounded differently.
-constexpr int64_t kPanelMinT = 32;
+// kPanelMinT (simd.h): from this many tokens on.
 constexpr int64_t kPanelK = 256;        // inputs per panel (NC · 256 floats: 32 KB on AVX-512)
 constexpr int64_t kPanelTokens = 256;   // the activation block [256 tokens × 256 inputs] stays in L2
 
-template <int TR>
+// PERM: the panel holds its inputs in the int4 order (per 32 inputs the even ones, then the odd ones; see
+// pack_panel_codes) and x in the natural one, so panel row k is multiplied with activation perm(k) (kn a multiple of
+// 32). The products and their order are those of a permuted copy of x; reading x this way spares making the copy
+// (a prompt's permutation was 1 % of its time on one thread and 4.5 % on two, the copy's lines moving between cores).
+template <int TR, bool PERM>
 inline void panel_tile(const float* x, int64_t ldx, const float* p, int64_t kn, float* y, int64_t ldy,
                        int64_t ncols, bool load) {
   constexpr int PC = V::PC, NC = V::PC * V::W;
@@ -140,16 +144,24 @@ inline void panel_tile(const float* x, int64_t ldx, const float* p, int64_t kn, 
 #pragma GCC unroll 8
       for (int c = 0; c < PC; c++) a[t][c] = V::zero();
   }
-  for (int64_t k = 0; k < kn; k++) {
+  // Panel row k times activation kx.
+  auto step = [&](int64_t k, int64_t kx) __attribute__((always_inline)) {
     typename V::vec wv[PC];
 #pragma GCC unroll 8
     for (int c = 0; c < PC; c++) wv[c] = V::load_w(p + k * NC + c * V::W);
 #pragma GCC unroll 16
     for (int t = 0; t < TR; t++) {
-      const typename V::vec xv = V::set1(x[t * ldx + k]);
+      const typename V::vec xv = V::set1(x[t * ldx + kx]);
 #pragma GCC unroll 8
       for (int c = 0; c < PC; c++) a[t][c] = V::fma(wv[c], xv, a[t][c]);
     }
+  };
+  if constexpr (PERM) {
+    for (int64_t k = 0; k < kn; k += 32)
+      for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 16; j++) step(k + 16 * h + j, k + 2 * j + h);
+  } else {
+    for (int64_t k = 0; k < kn; k++) step(k, k);
   }
 #pragma GCC unroll 16
   for (int t = 0; t < TR; t++) {
@@ -165,12 +177,12 @@ inline void panel_tile(const float* x, int64_t ldx, const float* p, int64_t kn, 
   }
 }
 
-template <int TR = V::PT>
+template <bool PERM, int TR = V::PT>
 inline void panel_tiles(int64_t tr, const float* x, int64_t ldx, const float* p, int64_t kn, float* y, int64_t ldy,
                         int64_t ncols, bool load) {
   if constexpr (TR > 1)
-    if (tr < TR) return panel_tiles<TR - 1>(tr, x, ldx, p, kn, y, ldy, ncols, load);
-  panel_tile<TR>(x, ldx, p, kn, y, ldy, ncols, load);
+    if (tr < TR) return panel_tiles<PERM, TR - 1>(tr, x, ldx, p, kn, y, ldy, ncols, load);
+  panel_tile<TR, PERM>(x, ldx, p, kn, y, ldy, ncols, load);
 }
 
 // Rows [0, ncols) of a row-major f32 or bf16 block (row stride ld, kn inputs) -> panel (zero columns after ncols).
@@ -220,8 +232,8 @@ inline void pack_panel(const WT* w, int64_t ld, int64_t ncols, int64_t kn, float
 }
 
 // pack(n, ncols, k0, k1, panel) fills the panel of rows [n, n + ncols) and inputs [k0, k1); KB divides into the
-// input blocks (a multiple of the quantization group).
-template <class Pack>
+// input blocks (a multiple of the quantization group). PERM: panels in the int4 order, x natural (panel_tile).
+template <bool PERM = false, class Pack>
 void panel_gemm(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t KB, float* y, int64_t ldy,
                 bool accumulate, int64_t n0, int64_t n1, Pack&& pack) {
   constexpr int NC = V::PC * V::W;
@@ -238,7 +250,7 @@ void panel_gemm(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t KB, f
         pack(n, ncols, k0, k1, panel);
         for (int64_t t = t0; t < t1;) {
           const int64_t tr = token_tile(t1 - t, V::PT);
-          panel_tiles(tr, x + t * ldx + k0, ldx, panel, k1 - k0, y + t * ldy + n, ldy, ncols, load);
+          panel_tiles<PERM>(tr, x + t * ldx + k0, ldx, panel, k1 - k0, y + t * ldy + n, ldy, ncols, load);
           t += tr;
         }
       }
@@ -517,7 +529,12 @@ inline void pack_panel_codes(const cpu::QGemmArgs& a, int64_t n, int64_t k0, int
   for (int64_t k = k0; k < k1; k += KS) {
     typename V::vec r[V::W];
 #pragma GCC unroll 16
-    for (int i = 0; i < V::W; i++) r[i] = V::load_words(a.q + (n + i) * a.ldq + k * BITS / 8);
+    for (int i = 0; i < V::W; i++) {
+      r[i] = V::load_words(a.q + (n + i) * a.ldq + k * BITS / 8);
+      // The same words of the next W rows (the next call's block), as pack_panel does: the W strided loads that
+      // start a block waited for memory, a row's first line is too far apart for the hardware to stream.
+      __builtin_prefetch(a.q + (n + V::W + i) * a.ldq + k * BITS / 8, 0, 3);
+    }
     V::transpose(r);
 #pragma GCC unroll 16
     for (int i = 0; i < V::W; i++) {
@@ -555,7 +572,8 @@ void qgemm_prefill(const cpu::QGemmArgs& a, int64_t n0, int64_t n1) {
   const int64_t KB = std::max<int64_t>(1, kPanelK / a.group) * a.group;
   thread_local std::vector<float> rows;
   rows.resize(static_cast<size_t>(NC * KB));
-  panel_gemm(a.x, a.ldx, a.T, a.K, KB, a.y, a.ldy, a.accumulate, n0, n1,
+  // int4: x as it is (qgemm_x leaves prompts unpermuted), the panels in the permuted order.
+  panel_gemm<BITS == 4>(a.x, a.ldx, a.T, a.K, KB, a.y, a.ldy, a.accumulate, n0, n1,
              [&](int64_t n, int64_t ncols, int64_t k0, int64_t k1, float* p) {
                const int64_t kn = k1 - k0;
                int64_t j = 0;

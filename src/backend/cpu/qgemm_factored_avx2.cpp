@@ -17,6 +17,7 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "backend/cpu/hsum_avx2.h"
 #include "backend/cpu/qgemm_factored.h"
 
 #pragma GCC target("avx2,fma")
@@ -45,14 +46,6 @@ struct Avx2Order {
   }
 };
 constexpr Avx2Order kAvx2Order8(8), kAvx2Order4(4);
-
-inline float hsum(__m256 v) {
-  __m128 lo = _mm256_castps256_ps128(v), hi = _mm256_extractf128_ps(v, 1);
-  lo = _mm_add_ps(lo, hi);
-  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
-  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
-  return _mm_cvtss_f32(lo);
-}
 
 // 8 bf16 values (the first n; the rest 0) -> f32, never reading past the n values: whole words by a masked load,
 // an odd last value blended in (a copy through memory would stall the vector load that reads it back).
@@ -155,7 +148,7 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
   for (int t = 0; t < TR; t++)
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
-      const float v = hsum(a[r][t]);
+      const float v = hsum_avx2(a[r][t]);
       float& o = y[t * A.ldy + r];
       o = acc ? o + v : v;
     }
@@ -197,7 +190,7 @@ void factored_x_avx2(const float* x, int64_t ldx, int64_t T, int64_t K, int bits
     for (int64_t g = 0; g < G; g++) {
       __m256 s = _mm256_setzero_ps();
       for (int64_t k = g * group; k < (g + 1) * group; k += kLanes) s = _mm256_add_ps(s, _mm256_loadu_ps(xr + k));
-      o[K + g] = hsum(s);
+      o[K + g] = hsum_avx2(s);
     }
     for (int64_t g = K + G; g < L; g++) o[g] = 0.0f;
   }

@@ -23,8 +23,9 @@ struct GemmArgs {
 };
 
 // A group-wise affine quantized weight block (w = s·q + b per group of `group` inputs, q packed little-endian).
-// For bits == 4, x must be in the int4 order produced by permute_int4_activations (within each 32-input chunk,
-// the 16 even inputs, then the 16 odd ones): it matches how two nibbles share a byte.
+// For bits == 4 and T < kPanelMinT, x must be in the int4 order produced by permute_int4_activations (within each
+// 32-input chunk, the 16 even inputs, then the 16 odd ones): it matches how two nibbles share a byte. Prompts
+// (T >= kPanelMinT) take x as it is; their panels read it in that order (gemm_impl.h, panel_tile).
 struct QGemmArgs {
   const float* x = nullptr;  // [T, K], row stride ldx
   int64_t ldx = 0;
@@ -83,9 +84,13 @@ std::vector<std::string> available_isas();  // those this CPU runs, worst first
 // Switches the kernels (tests, benchmarks). Returns false, changing nothing, for an unknown or unsupported name.
 bool set_isa(const std::string& name);
 
+// Matmuls of this many tokens or more are prefill panels (gemm_impl.h); their int4 activations are read in place.
+constexpr int64_t kPanelMinT = 32;
+
 // x [T, K] (row stride ldx) -> out [T, K] contiguous, each 32-input chunk reordered to (even inputs, odd inputs).
 void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out);
-// qgemm_x of the generic and AVX2 kernels (and AVX-512 prefill): int4 activations permuted, int8 read as they are.
+// qgemm_x of the generic and AVX2 kernels (and AVX-512 prompts): int4 activations permuted below kPanelMinT
+// tokens; int8, and prompts, read as they are.
 int64_t qgemm_x_permuted(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group,
                          std::vector<float>& out);
 

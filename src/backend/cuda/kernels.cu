@@ -578,103 +578,103 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
   for (int64_t c0 = lane + 32 * part; c0 < chunks; c0 += stride * U) {
     uint4 qs[U][R];
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-      const int64_t c = c0 + u * stride;
+    for (int ub = 0; ub < U; ub++) {
+      const int64_t c = c0 + ub * stride;
 #pragma unroll
-      for (int r = 0; r < R; r++) qs[u][r] = rowp[r] && c < chunks ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
+      for (int r = 0; r < R; r++) qs[ub][r] = rowp[r] && c < chunks ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
     }
 #pragma unroll
-    for (int u = 0; u < U; u++) {
-    const int64_t c = c0 + u * stride;
-    if (c >= chunks) break;
-    const uint4* q = qs[u];
-    if constexpr (BITS == 0) {
-      // Converted once, used for every input row.
-      float wv[R][8];
+    for (int ub = 0; ub < U; ub++) {
+      const int64_t c = c0 + ub * stride;
+      if (c >= chunks) break;
+      const uint4* q = qs[ub];
+      if constexpr (BITS == 0) {
+        // Converted once, used for every input row.
+        float wv[R][8];
 #pragma unroll
-      for (int r = 0; r < R; r++) {
-        const uint32_t u[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
+        for (int r = 0; r < R; r++) {
+          const uint32_t u[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
+#pragma unroll
+          for (int j = 0; j < 4; j++) {
+            wv[r][2 * j] = __uint_as_float(u[j] << 16);
+            wv[r][2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
+          }
+        }
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+          if (t >= T) break;
+          const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * 8);
+          const float4 a = xp[0], b = xp[1];
+#pragma unroll
+          for (int r = 0; r < R; r++)
+            acc[r][t] += a.x * wv[r][0] + a.y * wv[r][1] + a.z * wv[r][2] + a.w * wv[r][3] + b.x * wv[r][4] +
+                         b.y * wv[r][5] + b.z * wv[r][6] + b.w * wv[r][7];
+        }
+      } else {
+        // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. Word by word, its codes
+        // are converted once (2^23 | q is the float 2^23 + q) and used for every input row.
+        const int64_t g = c * vals / j.w[0].group;
+        float sc[R], bi[R];
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          const int64_t n = n0 + r % RO;
+          const int seg = EPI == 1 ? (r >= RO) : segment(n);
+          const Weight& wr = j.w[seg];
+          sc[r] = rowp[r] ? load(wr.scale_type, scale_row(wr, wr.scales, 0, local(n, seg)), g) : 0.0f;
+          bi[r] = rowp[r] ? load(wr.scale_type, scale_row(wr, wr.biases, 0, local(n, seg)), g) : 0.0f;
+        }
+        float dq[R][TT], sx[TT];
+#pragma unroll
+        for (int t = 0; t < TT; t++) {
+          sx[t] = 0.0f;
+#pragma unroll
+          for (int r = 0; r < R; r++) dq[r][t] = 0.0f;
+        }
+        constexpr int per = 32 / BITS;  // codes per word: 8 or 4
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-          wv[r][2 * j] = __uint_as_float(u[j] << 16);
-          wv[r][2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
-        }
-      }
+          float code[R][8];
 #pragma unroll
-      for (int t = 0; t < TT; t++) {
-        if (t >= T) break;
-        const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * 8);
-        const float4 a = xp[0], b = xp[1];
+          for (int r = 0; r < R; r++) {
+            const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
 #pragma unroll
-        for (int r = 0; r < R; r++)
-          acc[r][t] += a.x * wv[r][0] + a.y * wv[r][1] + a.z * wv[r][2] + a.w * wv[r][3] + b.x * wv[r][4] +
-                       b.y * wv[r][5] + b.z * wv[r][6] + b.w * wv[r][7];
-      }
-    } else {
-    // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. Word by word, its codes are
-    // converted once (2^23 | q is the float 2^23 + q) and used for every input row.
-    const int64_t g = c * vals / j.w[0].group;
-    float sc[R], bi[R];
+            for (int i = 0; i < per; i++) {
+              const uint32_t v = (word >> (BITS * i)) & ((1u << BITS) - 1u);
+              code[r][i] = __uint_as_float(0x4B000000u | v) - 8388608.0f;
+            }
+          }
 #pragma unroll
-    for (int r = 0; r < R; r++) {
-      const int64_t n = n0 + r % RO;
-      const int seg = EPI == 1 ? (r >= RO) : segment(n);
-      const Weight& wr = j.w[seg];
-      sc[r] = rowp[r] ? load(wr.scale_type, scale_row(wr, wr.scales, 0, local(n, seg)), g) : 0.0f;
-      bi[r] = rowp[r] ? load(wr.scale_type, scale_row(wr, wr.biases, 0, local(n, seg)), g) : 0.0f;
-    }
-    float dq[R][TT], sx[TT];
+          for (int t = 0; t < TT; t++) {
+            if (t >= T) break;
+            const float* xr = x + t * ldx + c * vals + j * per;
+            float xv[8];
+            const float4 a = *reinterpret_cast<const float4*>(xr);
+            xv[0] = a.x;
+            xv[1] = a.y;
+            xv[2] = a.z;
+            xv[3] = a.w;
+            if constexpr (BITS == 4) {
+              const float4 b = *reinterpret_cast<const float4*>(xr + 4);
+              xv[4] = b.x;
+              xv[5] = b.y;
+              xv[6] = b.z;
+              xv[7] = b.w;
+            }
 #pragma unroll
-    for (int t = 0; t < TT; t++) {
-      sx[t] = 0.0f;
+            for (int i = 0; i < per; i++) {
+              sx[t] += xv[i];
 #pragma unroll
-      for (int r = 0; r < R; r++) dq[r][t] = 0.0f;
-    }
-    constexpr int per = 32 / BITS;  // codes per word: 8 or 4
-#pragma unroll
-    for (int j = 0; j < 4; j++) {
-      float code[R][8];
-#pragma unroll
-      for (int r = 0; r < R; r++) {
-        const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
-#pragma unroll
-        for (int i = 0; i < per; i++) {
-          const uint32_t v = (word >> (BITS * i)) & ((1u << BITS) - 1u);
-          code[r][i] = __uint_as_float(0x4B000000u | v) - 8388608.0f;
-        }
-      }
-#pragma unroll
-      for (int t = 0; t < TT; t++) {
-        if (t >= T) break;
-        const float* xr = x + t * ldx + c * vals + j * per;
-        float xv[8];
-        const float4 a = *reinterpret_cast<const float4*>(xr);
-        xv[0] = a.x;
-        xv[1] = a.y;
-        xv[2] = a.z;
-        xv[3] = a.w;
-        if constexpr (BITS == 4) {
-          const float4 b = *reinterpret_cast<const float4*>(xr + 4);
-          xv[4] = b.x;
-          xv[5] = b.y;
-          xv[6] = b.z;
-          xv[7] = b.w;
+              for (int r = 0; r < R; r++) dq[r][t] += xv[i] * code[r][i];
+            }
+          }
         }
 #pragma unroll
-        for (int i = 0; i < per; i++) {
-          sx[t] += xv[i];
+        for (int t = 0; t < TT; t++) {
+          if (t >= T) break;
 #pragma unroll
-          for (int r = 0; r < R; r++) dq[r][t] += xv[i] * code[r][i];
+          for (int r = 0; r < R; r++) acc[r][t] += sc[r] * dq[r][t] + bi[r] * sx[t];
         }
       }
-    }
-#pragma unroll
-    for (int t = 0; t < TT; t++) {
-      if (t >= T) break;
-#pragma unroll
-      for (int r = 0; r < R; r++) acc[r][t] += sc[r] * dq[r][t] + bi[r] * sx[t];
-    }
-    }
     }
   }
   // Row sums; then each output row's epilogue, by lane 0 (one part) or from the parts' sums in shared memory.

@@ -63,6 +63,9 @@ struct V {
     return _mm256_cvtepi32_ps(c);
   }
   static float reduce(vec v) { return hsum_avx2(v); }
+  static void reduce4(vec a, vec b, vec c, vec d, float* out) {
+    out[0] = reduce(a), out[1] = reduce(b), out[2] = reduce(c), out[3] = reduce(d);
+  }
   static void transpose(vec* r) {  // 8 × 8: unpack pairs, then 64-bit pairs, then 128-bit halves
     __m256 t[8], u[8];
     for (int i = 0; i < 8; i += 2) {

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/qgemm_factored.h"
+#include "backend/cpu/reduce4_avx512.h"
 #include "backend/cpu/simd.h"
 
 // GCC 12 reports false "uninitialized" warnings inside its own AVX-512 reduction intrinsics.
@@ -80,6 +81,7 @@ struct V {
     return _mm512_cvtepi32_ps(c);
   }
   static float reduce(vec v) { return _mm512_reduce_add_ps(v); }
+  static void reduce4(vec a, vec b, vec c, vec d, float* out) { _mm_storeu_ps(out, cpu::reduce4(a, b, c, d)); }
 
   // 16 × 16 in four rounds of two-source permutes: round b (8, 4, 2, 1) swaps the off-diagonal b × b blocks of
   // every 2b × 2b block (registers i and i + b, lanes grouped by 2b).

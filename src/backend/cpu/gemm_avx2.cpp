@@ -39,7 +39,8 @@ struct V {
   }
   // 2W bf16 values in one load: the even ones (low halves of the 32-bit words) and the odd ones.
   static void load_w2(const uint16_t* p, vec& even, vec& odd) {
-    const __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    __m256i d = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
+    asm("" : "+x"(d));  // one load into a register, not one folded into each of the two uses (gemm_avx512.cpp)
     even = _mm256_castsi256_ps(_mm256_slli_epi32(d, 16));
     odd = _mm256_castsi256_ps(_mm256_and_si256(d, _mm256_set1_epi32(static_cast<int>(0xFFFF0000u))));
   }
@@ -63,6 +64,9 @@ struct V {
     return _mm256_cvtepi32_ps(c);
   }
   static float reduce(vec v) { return hsum_avx2(v); }
+  static void reduce4(vec a, vec b, vec c, vec d, float* out) {
+    out[0] = reduce(a), out[1] = reduce(b), out[2] = reduce(c), out[3] = reduce(d);
+  }
   static void transpose(vec* r) {  // 8 × 8: unpack pairs, then 64-bit pairs, then 128-bit halves
     __m256 t[8], u[8];
     for (int i = 0; i < 8; i += 2) {

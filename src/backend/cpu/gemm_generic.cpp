@@ -63,6 +63,9 @@ struct V {
     return static_cast<float>((u >> shift) & mask);
   }
   static float reduce(vec v) { return v; }
+  static void reduce4(vec a, vec b, vec c, vec d, float* out) {
+    out[0] = reduce(a), out[1] = reduce(b), out[2] = reduce(c), out[3] = reduce(d);
+  }
   static void transpose(vec*) {}
   static vec q8(const uint8_t* p) { return static_cast<float>(*p); }
   static vec q4lo(const uint8_t* p) { return static_cast<float>(*p & 15); }

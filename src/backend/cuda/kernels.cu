@@ -6,6 +6,7 @@
 #include <cfloat>
 #include <climits>
 #include <cstdint>
+#include <type_traits>
 #include <utility>
 
 #include "backend/cuda/kernels.h"
@@ -542,7 +543,7 @@ __device__ __forceinline__ void residual_norm_tail(const ResidualNorm r, int64_t
 }
 
 template <int TT, int R, int BITS, int EPI>
-__global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int parts) {
+__device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   constexpr int RO = EPI == 1 ? R / 2 : R;  // output rows per warp
   __shared__ float partial[4][R][TT];
   const float* __restrict__ x = j.x;
@@ -611,8 +612,9 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
                          b.y * wv[r][5] + b.z * wv[r][6] + b.w * wv[r][7];
         }
       } else {
-        // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. Word by word, its codes
-        // are converted once (2^23 | q is the float 2^23 + q) and used for every input row.
+        // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. A code becomes a float by
+        // one byte permute: 0x4B0000qq is the float 2^23 + q (int4 codes are first spread one per byte, the even
+        // ones and the odd ones of a word). Each code is made where it is used, for every input row.
         const int64_t g = c * vals / j.w[0].group;
         float sc[R], bi[R];
 #pragma unroll
@@ -633,15 +635,12 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
         constexpr int per = 32 / BITS;  // codes per word: 8 or 4
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-          float code[R][8];
+          uint32_t bytes[R][2];  // the word's codes one per byte: [0] codes 0, 2, 4, 6 (int4) or 0..3 (int8), [1] 1, 3, 5, 7
 #pragma unroll
           for (int r = 0; r < R; r++) {
             const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
-#pragma unroll
-            for (int i = 0; i < per; i++) {
-              const uint32_t v = (word >> (BITS * i)) & ((1u << BITS) - 1u);
-              code[r][i] = __uint_as_float(0x4B000000u | v) - 8388608.0f;
-            }
+            bytes[r][0] = BITS == 4 ? word & 0x0F0F0F0Fu : word;
+            bytes[r][1] = BITS == 4 ? (word >> 4) & 0x0F0F0F0Fu : 0u;
           }
 #pragma unroll
           for (int t = 0; t < TT; t++) {
@@ -663,8 +662,13 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
 #pragma unroll
             for (int i = 0; i < per; i++) {
               sx[t] += xv[i];
+              // Byte i (int8) or i / 2 of the even / odd half (int4) of the word, under the exponent of 2^23.
+              const int half = BITS == 4 ? i & 1 : 0, byte = BITS == 4 ? i >> 1 : i;
 #pragma unroll
-              for (int r = 0; r < R; r++) dq[r][t] += xv[i] * code[r][i];
+              for (int r = 0; r < R; r++) {
+                const float code = __uint_as_float(__byte_perm(bytes[r][half], 0x4B000000u, 0x7440u | byte)) - 8388608.0f;
+                dq[r][t] += xv[i] * code;
+              }
             }
           }
         }
@@ -720,6 +724,18 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
     }
   }
   if (EPI == 0 && j.rn.counter) residual_norm_tail(j.rn, N);
+}
+
+template <int TT, int R, int BITS, int EPI>
+__global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int parts) {
+  gemv_chunks<TT, R, BITS, EPI>(j, parts);
+}
+
+// One-row quantized launches wait on their loads more than on their arithmetic: their registers are capped for six
+// blocks per SM (24 warps, where about 100 registers allowed 4 or 5), so that more loads are in flight.
+template <int R, int BITS, int EPI>
+__global__ void __launch_bounds__(128, 6) gemv_chunks_q1_kernel(const GemvJob j, int parts) {
+  gemv_chunks<1, R, BITS, EPI>(j, parts);
 }
 
 // ---------------------------------------------------------------- tensor-core GEMV for bf16 weights
@@ -1269,6 +1285,152 @@ __device__ __forceinline__ bool key_visible(int32_t pk, int32_t pq, int window) 
   return pk >= 0 && pk <= pq && (window <= 0 || pq - pk < window);
 }
 
+// Decode and verification attention for head rows of whole float4s (D, Dv <= 128·N): one block of kDecodeWarps
+// warps per (query, head, split), as attention_kernel, but each lane holds 4·N dims of the query in registers
+// (no staging, no barrier before the keys), and a warp has the key and value rows of KB keys in flight at once,
+// float4 by float4. The first batch's rows are asked for together with their positions; later batches know their
+// positions from the batch before, so that empty slots and keys out of sight are never read. The warps then merge
+// through shared memory, and the splits as in attention_kernel. Every order of summation depends on the head dims,
+// the slots and the split only, never on the query count.
+constexpr int kDecodeWarps = 4;
+
+template <int N>
+__global__ void __launch_bounds__(32 * kDecodeWarps) attention_decode_kernel(AttentionArgs a, float* partial,
+                                                                              unsigned* counters) {
+  constexpr int KB = N <= 2 ? 4 : 2;  // keys in flight per warp
+  __shared__ float4 accs[kDecodeWarps][32 * N];
+  __shared__ float ms[kDecodeWarps], ls[kDecodeWarps];
+  pdl_begin();
+  const int64_t t = blockIdx.x / a.Hq, h = blockIdx.x % a.Hq;
+  const int64_t kh = h / (a.Hq / a.Hkv);
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int32_t pq = a.q_pos[t];
+  const int64_t per_split = (a.S + gridDim.y - 1) / gridDim.y;
+  const int64_t s_begin = blockIdx.y * per_split, s_end = min(a.S, s_begin + per_split);
+  const float* q = a.q + t * a.sqT + h * a.sqH;
+  float4 qv[N];
+#pragma unroll
+  for (int j = 0; j < N; j++) {
+    const int64_t d = 4 * (lane + 32 * j);
+    qv[j] = d < a.D ? make_float4(q[d], q[d + 1], q[d + 2], q[d + 3]) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  float m = -INFINITY, l = 0.0f;
+  float4 acc[N];
+#pragma unroll
+  for (int j = 0; j < N; j++) acc[j] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  constexpr int step = kDecodeWarps * KB;  // keys of a batch over the block's warps
+  int32_t pk[KB];
+#pragma unroll
+  for (int i = 0; i < KB; i++) {
+    const int64_t s = s_begin + warp + kDecodeWarps * i;
+    pk[i] = s < s_end ? a.k_pos[s] : -1;
+  }
+  auto batch = [&](int64_t s0, auto first_batch) {
+    constexpr bool first = decltype(first_batch)::value;
+    float4 kr[KB][N], vr[KB][N];
+    bool vis[KB];
+#pragma unroll
+    for (int i = 0; i < KB; i++) {
+      const int64_t s = s0 + kDecodeWarps * i;
+      vis[i] = s < s_end && key_visible(pk[i], pq, a.window);
+      // The first batch reads its rows without waiting for the positions (every slot below S is memory).
+      const bool read = first ? s < s_end : vis[i];
+      const float4* kp = reinterpret_cast<const float4*>(a.k + s * a.skS + kh * a.skH);
+      const float4* vp = reinterpret_cast<const float4*>(a.v + s * a.svS + kh * a.svH);
+#pragma unroll
+      for (int j = 0; j < N; j++) {
+        const int64_t d4 = lane + 32 * j;
+        kr[i][j] = read && 4 * d4 < a.D ? kp[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        vr[i][j] = read && 4 * d4 < a.Dv ? vp[d4] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      }
+    }
+    // The next batch's positions, while this one is summed.
+#pragma unroll
+    for (int i = 0; i < KB; i++) {
+      const int64_t s = s0 + step + kDecodeWarps * i;
+      pk[i] = s < s_end ? a.k_pos[s] : -1;
+    }
+    float dot[KB];
+#pragma unroll
+    for (int i = 0; i < KB; i++) {
+      float d = 0.0f;
+#pragma unroll
+      for (int j = 0; j < N; j++)
+        d += qv[j].x * kr[i][j].x + qv[j].y * kr[i][j].y + qv[j].z * kr[i][j].z + qv[j].w * kr[i][j].w;
+      dot[i] = d;
+    }
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+      for (int i = 0; i < KB; i++) dot[i] += __shfl_xor_sync(0xffffffffu, dot[i], o);
+#pragma unroll
+    for (int i = 0; i < KB; i++) {
+      if (!vis[i]) continue;
+      const float score = a.scale * dot[i];
+      const float mn = fmaxf(m, score);
+      const float c = expf(m - mn), p = expf(score - mn);
+      l = l * c + p;
+#pragma unroll
+      for (int j = 0; j < N; j++) {
+        acc[j].x = acc[j].x * c + p * vr[i][j].x;
+        acc[j].y = acc[j].y * c + p * vr[i][j].y;
+        acc[j].z = acc[j].z * c + p * vr[i][j].z;
+        acc[j].w = acc[j].w * c + p * vr[i][j].w;
+      }
+      m = mn;
+    }
+  };
+  if (s_begin + warp < s_end) batch(s_begin + warp, std::true_type{});
+  for (int64_t s0 = s_begin + warp + step; s0 < s_end; s0 += step) batch(s0, std::false_type{});
+#pragma unroll
+  for (int j = 0; j < N; j++) accs[warp][lane + 32 * j] = acc[j];
+  if (lane == 0) {
+    ms[warp] = m;
+    ls[warp] = l;
+  }
+  __syncthreads();
+  float M = -INFINITY;
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; w++) M = fmaxf(M, ms[w]);
+  float c[kDecodeWarps], den = 0.0f;
+#pragma unroll
+  for (int w = 0; w < kDecodeWarps; w++) {
+    c[w] = ms[w] == -INFINITY ? 0.0f : expf(ms[w] - M);
+    den += c[w] * ls[w];
+  }
+  const float* accf = reinterpret_cast<const float*>(accs);
+  auto numerator = [&](int64_t d) {
+    float num = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kDecodeWarps; w++) num += c[w] * accf[w * 128 * N + d];
+    return num;
+  };
+  if (gridDim.y > 1) {
+    float* part = partial + (static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y) * (a.Dv + 2);
+    for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) part[2 + d] = M == -INFINITY ? 0.0f : numerator(d);
+    if (threadIdx.x == 0) {
+      part[0] = M;
+      part[1] = M == -INFINITY ? 0.0f : den;
+    }
+    // Counted once this block's row is visible; the last split of this (query, head) merges them all.
+    __shared__ unsigned ticket;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+      __threadfence();
+      ticket = atomicAdd(counters + blockIdx.x, 1u);
+    }
+    __syncthreads();
+    if (ticket != gridDim.y - 1) return;
+    __threadfence();
+    merge_splits(a, partial + static_cast<int64_t>(blockIdx.x) * gridDim.y * (a.Dv + 2), gridDim.y, t, h);
+    if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
+    return;
+  }
+  float* o = a.out + t * a.soT + h * a.soH;
+  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) o[d] = M == -INFINITY ? 0.0f : numerator(d) / den;
+}
+
+
 int attention_tile_keys(const AttentionArgs& a) { return a.D > 256 ? 16 : 32; }
 size_t attention_tile_smem(const AttentionArgs& a) {
   const int64_t BK = attention_tile_keys(a);
@@ -1750,7 +1912,10 @@ void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
   int parts = 1;
   while (parts < 4 && row_groups * parts < g_gemv_warps && chunks / (32 * parts * 2) >= per_lane) parts *= 2;
   const int64_t blocks = (row_groups + (4 / parts) - 1) / (4 / parts);
-  launch(gemv_chunks_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, j, parts);
+  if constexpr (BITS != 0 && TT == 1)
+    launch(gemv_chunks_q1_kernel<R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, j, parts);
+  else
+    launch(gemv_chunks_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, j, parts);
 }
 
 template <int R, int BITS, int EPI>
@@ -1983,6 +2148,16 @@ int attention_splits(const AttentionArgs& a) {
   return static_cast<int>(splits);
 }
 
+// The float4s per lane of attention_decode_kernel for these heads (1, 2 or 4), or 0 when its float4 loads cannot
+// read them (head dims above 512 or not multiples of 4, rows not 16-byte aligned).
+int attention_decode_width(const AttentionArgs& a) {
+  const bool aligned = reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0 &&
+                       a.skS % 4 == 0 && a.skH % 4 == 0 && a.svS % 4 == 0 && a.svH % 4 == 0;
+  if (!aligned || a.D % 4 || a.Dv % 4) return 0;
+  const int64_t widest = a.D > a.Dv ? a.D : a.Dv;
+  return widest <= 128 ? 1 : widest <= 256 ? 2 : widest <= 512 ? 4 : 0;
+}
+
 size_t attention_scratch_floats(const AttentionArgs& a) {
   if (attention_tiles(a)) return 0;
   const int splits = attention_splits(a);
@@ -2001,14 +2176,19 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
     launch(attention_tile_kernel, grid, kTileThreads, attention_tile_smem(a), s, a, attention_tile_keys(a));
     return;
   }
+  const int splits = attention_splits(a);
+  dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(splits));
+  if (const int n = attention_decode_width(a)) {
+    auto kernel = n == 1 ? attention_decode_kernel<1> : n == 2 ? attention_decode_kernel<2> : attention_decode_kernel<4>;
+    launch(kernel, grid, 32 * kDecodeWarps, 0, s, a, scratch, counters);
+    return;
+  }
   const size_t smem = sizeof(float) * (a.D + kAttnWarps * a.Dv + 2 * kAttnWarps);
   static bool raised = false;
   if (!raised) {
     cudaFuncSetAttribute(attention_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 64 * 1024);
     raised = true;
   }
-  const int splits = attention_splits(a);
-  dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(splits));
   launch(attention_kernel, grid, 32 * kAttnWarps, smem, s, a, scratch, counters);
 }
 

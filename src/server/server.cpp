@@ -12,6 +12,7 @@
 #include <thread>
 
 #include "server/api.h"
+#include "util/env.h"
 
 namespace vatic::server {
 
@@ -46,18 +47,6 @@ void parse_host(const std::string& text, std::string* host, int* port) {
 namespace {
 
 thread_local Clock::time_point g_request_start;
-
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  long x = std::strtol(v, &end, 10);
-  if (*end || x < 0) {
-    std::fprintf(stderr, "warning: ignoring %s=%s (expected a non-negative integer)\n", name, v);
-    return fallback;
-  }
-  return static_cast<int>(x);
-}
 
 double env_duration(const char* name, double fallback) {
   const char* v = std::getenv(name);

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/cuda/kernels.h"
+#include "util/env.h"
 
 namespace vatic {
 
@@ -40,14 +41,6 @@ bool env_is(const char* name, const char* value) {
 }
 
 // Environment variable `name` as a positive integer, or `fallback` when unset or not one.
-int env_int(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v) return fallback;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return end != v && *end == '\0' && n > 0 && n < (1 << 30) ? static_cast<int>(n) : fallback;
-}
-
 void check_launch(const char* what) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) cuda_fail(e, what);
@@ -258,7 +251,8 @@ class CudaBackend final : public Backend {
     tensor_cores_ = prop.major >= 8 && !env_is("VATIC_TENSOR_CORES", "0");
     cuda::set_gemv_tensor_cores(tensor_cores_ && env_is("VATIC_GEMV_TENSOR_CORES", "1"));
     // Tuning knobs for measurements (docs/gpu.md): VATIC_GEMV_WARPS, VATIC_ATTENTION_SPLIT_KEYS.
-    cuda::set_launch_shape(env_int("VATIC_GEMV_WARPS", 0), env_int("VATIC_ATTENTION_SPLIT_KEYS", 0));
+    cuda::set_launch_shape(env_int("VATIC_GEMV_WARPS", 0, 1, 1 << 30),
+                           env_int("VATIC_ATTENTION_SPLIT_KEYS", 0, 1, 1 << 30));
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
     cublasSetStream(blas_, stream_);

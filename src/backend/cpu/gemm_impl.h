@@ -284,6 +284,12 @@ inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw
       for (int r = 0; r < NR; r++) {
         typename V::vec we, wo;
         V::load_w2(w + r * ldw + kk, we, wo);
+        // Verification (two tokens or more) spends several FMAs per weight vector, and the hardware prefetchers
+        // then fell behind the stream of rows: the demo's 23 MB at T = 5 took about compute plus transfer time.
+        // 2 KB ahead (a few rows at the demo's widths); a prefetch never faults. Decode (T = 1) keeps its stream
+        // as it was (prefetching it was slower; see docs/performance.md).
+        if constexpr (V::W > 1 && TR >= 2)
+          __builtin_prefetch(reinterpret_cast<const char*>(w + r * ldw + kk) + 2048, 0, 3);
 #pragma GCC unroll 8
         for (int t = 0; t < TR; t++) {
           a[r][t][i] = V::fma(we, V::loadx(x + t * ldx + kk), a[r][t][i]);
@@ -315,10 +321,28 @@ inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw
   }
   float s[NR][TR];
 #pragma GCC unroll 4
-  for (int r = 0; r < NR; r++)
+  for (int r = 0; r < NR; r++) {
+    typename V::vec v[TR];
 #pragma GCC unroll 8
-    for (int t = 0; t < TR; t++)
-      s[r][t] = V::reduce(V::add(V::add(a[r][t][0], a[r][t][1]), V::add(a[r][t][2], a[r][t][3])));
+    for (int t = 0; t < TR; t++) v[t] = V::add(V::add(a[r][t][0], a[r][t][1]), V::add(a[r][t][2], a[r][t][3]));
+    // Three tokens or more: the horizontal sums four at a time (V::reduce4, the same additions as V::reduce; a
+    // group of three repeats its last vector). A verification of four drafts is five tokens in one tile: one
+    // shuffle tree and one reduction instead of five reductions.
+    int t = 0;
+    if constexpr (TR >= 3) {
+#pragma GCC unroll 2
+      for (; t + 3 <= TR; t += 4) {
+        float o[4];
+        V::reduce4(v[t], v[t + 1], v[t + 2], v[t + 3 < TR ? t + 3 : t + 2], o);
+        s[r][t] = o[0];
+        s[r][t + 1] = o[1];
+        s[r][t + 2] = o[2];
+        if (t + 3 < TR) s[r][t + 3] = o[3];
+      }
+    }
+#pragma GCC unroll 8
+    for (; t < TR; t++) s[r][t] = V::reduce(v[t]);
+  }
   finish_tile<NR, TR>(s, x, ldx, w, ldw, k, K, y, ldy, acc);
 }
 
@@ -390,9 +414,11 @@ void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
   int64_t ldx = a.ldx;
   if constexpr (std::is_same_v<WT, uint16_t>) {
     thread_local std::vector<float> paired;
-    paired.resize(static_cast<size_t>(a.T * a.K));
-    pair_order_x(a.x, a.ldx, a.T, a.K, paired.data());
-    x = paired.data();
+    paired.resize(static_cast<size_t>(a.T * a.K + 16));
+    float* px = paired.data();
+    px += (64 - reinterpret_cast<uintptr_t>(px) % 64) % 64 / sizeof(float);
+    pair_order_x(a.x, a.ldx, a.T, a.K, px);
+    x = px;
     ldx = a.K;
   }
   int64_t n = n0;

@@ -64,7 +64,8 @@ std::vector<Mat> make_mats(int bits, const std::vector<std::pair<int64_t, int64_
   return m;
 }
 
-// All matrices of one forward over T tokens (T = 1: a decode step; T = 128 / 512: a prompt, the head included).
+// All matrices of one forward over T tokens (T = 1: a decode step; T = 2..5: the verification of 1..4 drafts;
+// T = 128 / 512: a prompt, the head included).
 void run_pass(const std::vector<Mat>& mats, int bits, int64_t T, const float* x, float* y) {
   const auto& k = vatic::cpu::kernels();
   for (const auto& m : mats) {
@@ -149,11 +150,12 @@ void BM_dram_matrix(benchmark::State& st) {
 }
 BENCHMARK(BM_dram_matrix)->ArgNames({"bits"})->Arg(16)->Arg(8)->Arg(4)->Unit(benchmark::kMillisecond);
 
-BENCHMARK(BM_cached_matrix)->ArgNames({"bits", "T"})->ArgsProduct({{16, 8, 4}, {1, 2}})->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_cached_matrix)->ArgNames({"bits", "T"})->ArgsProduct({{16, 8, 4}, {1, 2, 5}})->Unit(benchmark::kMicrosecond);
 
 BENCHMARK(BM_demo_pass)
     ->ArgNames({"bits", "T"})
     ->ArgsProduct({{16, 8, 4}, {1}})
+    ->ArgsProduct({{16, 8, 4}, {2, 3, 5}})
     ->ArgsProduct({{16, 8, 4}, {128, 512}})
     ->Unit(benchmark::kMicrosecond);
 

@@ -85,6 +85,32 @@ TEST(CpuIsa, ListsGenericAndSwitches) {
 #endif
 }
 
+// The int4 activation permutation comes from the kernel table of each instruction set: per 32-input chunk the
+// even inputs, then the odd ones; a tail under 32 inputs is left as it was; rows in parallel or not.
+TEST(CpuIsa, PermuteInt4ActivationsPerIsa) {
+  for_each_isa([&] {
+    ASSERT_NE(cpu::kernels().permute_int4_row, nullptr);
+    for (int64_t K : {int64_t{32}, int64_t{64}, int64_t{80}, int64_t{1024}}) {
+      for (int64_t T : {int64_t{1}, int64_t{3}, int64_t{40}}) {
+        SCOPED_TRACE("K=" + std::to_string(K) + " T=" + std::to_string(T));
+        const int64_t ldx = K + 5;
+        std::vector<float> x(static_cast<size_t>(T * ldx)), out(static_cast<size_t>(T * K), -1.0f);
+        for (size_t i = 0; i < x.size(); i++) x[i] = static_cast<float>(i) + 0.5f;
+        cpu::permute_int4_activations(x.data(), ldx, T, K, out.data());
+        for (int64_t t = 0; t < T; t++)
+          for (int64_t k = 0; k < K; k++) {
+            const int64_t c = k / 32 * 32, j = k % 32;
+            const float want = c + 32 <= K ? x[t * ldx + c + (j < 16 ? 2 * j : 2 * (j - 16) + 1)] : -1.0f;
+            ASSERT_EQ(out[t * K + k], want) << t << ", " << k;
+          }
+        std::vector<float> row(static_cast<size_t>(K), -1.0f);
+        cpu::kernels().permute_int4_row(x.data(), K, row.data());
+        for (int64_t k = 0; k < K; k++) ASSERT_EQ(row[k], out[k]) << k;
+      }
+    }
+  });
+}
+
 // y = x · Wᵀ in double, and Σ|x·w| per output (the scale of the rounding error of an f32 sum).
 void reference_matmul(const Tensor& x, const std::vector<double>& w /*[N*K]*/, int64_t N, std::vector<double>& y,
                       std::vector<double>& mag) {

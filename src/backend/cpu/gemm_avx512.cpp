@@ -38,7 +38,7 @@ constexpr TransposeIndex kTransposeIndex;
 
 struct V {
   using vec = __m512;
-  static constexpr int W = 16, NR = 4, TR_DENSE = 6, TR_QUANT = 4, TR_ROW = 4;
+  static constexpr int W = 16, NR = 4, TR_DENSE = 6, TR_QUANT = 4, TR_ROW = 5;
   static constexpr int PC = 2, PT = 12;
   static vec zero() { return _mm512_setzero_ps(); }
   static vec set1(float f) { return _mm512_set1_ps(f); }

@@ -263,11 +263,12 @@ void panel_gemm(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t KB, f
 // per token (vector v of the row goes to accumulator v % 4; they meet as (a0 + a1) + (a2 + a3) before the horizontal
 // sum): a row of 256 inputs is then four FMA chains of 4 instead of one of 16, which the FMA latency bounded (a
 // 768 × 256 bf16 matrix from L2 took 3.4 cycles per vector of 16 weights). The row is read once per token tile, in
-// memory order. Each token's sum depends only on the row and the token, so any T < kPanelMinT gives a decode
+// memory order; gemm_dense runs each token tile over a block of 16 rows in one call (per row, a call with its
+// prologue and pointer set-up had cost as much as a quarter of a verification's tile). Each token's sum depends only on the row and the token, so any T < kPanelMinT gives a decode
 // step's sums bit for bit.
 template <int NR, int TR, class WT>
-inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t K, float* y, int64_t ldy,
-                           bool acc) {
+__attribute__((always_inline)) inline void dense_row_tile_one(const float* x, int64_t ldx, const WT* w, int64_t ldw,
+                                                              int64_t K, float* y, int64_t ldy, bool acc) {
   constexpr int A = 4;
   typename V::vec a[NR][TR][A];
 #pragma GCC unroll 4
@@ -284,6 +285,12 @@ inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw
       for (int r = 0; r < NR; r++) {
         typename V::vec we, wo;
         V::load_w2(w + r * ldw + kk, we, wo);
+        // Verification (two tokens or more) spends several FMAs per weight vector, and the hardware prefetchers
+        // then fell behind the stream of rows: the demo's 23 MB at T = 5 took about compute plus transfer time.
+        // 2 KB ahead (a few rows at the demo's widths); a prefetch never faults. Decode (T = 1) keeps its stream
+        // as it was (prefetching it was slower; see docs/performance.md).
+        if constexpr (V::W > 1 && TR >= 2)
+          __builtin_prefetch(reinterpret_cast<const char*>(w + r * ldw + kk) + 2048, 0, 3);
 #pragma GCC unroll 8
         for (int t = 0; t < TR; t++) {
           a[r][t][i] = V::fma(we, V::loadx(x + t * ldx + kk), a[r][t][i]);
@@ -315,11 +322,37 @@ inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw
   }
   float s[NR][TR];
 #pragma GCC unroll 4
-  for (int r = 0; r < NR; r++)
+  for (int r = 0; r < NR; r++) {
+    typename V::vec v[TR];
 #pragma GCC unroll 8
-    for (int t = 0; t < TR; t++)
-      s[r][t] = V::reduce(V::add(V::add(a[r][t][0], a[r][t][1]), V::add(a[r][t][2], a[r][t][3])));
+    for (int t = 0; t < TR; t++) v[t] = V::add(V::add(a[r][t][0], a[r][t][1]), V::add(a[r][t][2], a[r][t][3]));
+    // Three tokens or more: the horizontal sums four at a time (V::reduce4, the same additions as V::reduce; a
+    // group of three repeats its last vector). A verification of four drafts is five tokens in one tile: one
+    // shuffle tree and one reduction instead of five reductions.
+    int t = 0;
+    if constexpr (TR >= 3) {
+#pragma GCC unroll 2
+      for (; t + 3 <= TR; t += 4) {
+        float o[4];
+        V::reduce4(v[t], v[t + 1], v[t + 2], v[t + 3 < TR ? t + 3 : t + 2], o);
+        s[r][t] = o[0];
+        s[r][t + 1] = o[1];
+        s[r][t + 2] = o[2];
+        if (t + 3 < TR) s[r][t + 3] = o[3];
+      }
+    }
+#pragma GCC unroll 8
+    for (; t < TR; t++) s[r][t] = V::reduce(v[t]);
+  }
   finish_tile<NR, TR>(s, x, ldx, w, ldw, k, K, y, ldy, acc);
+}
+
+// `rows` tiles one after the other (rows · NR weight rows, outputs y[0 .. rows · NR)): one call, the pointers to the
+// tokens' activations set up once, for a block of rows.
+template <int NR, int TR, class WT>
+inline void dense_row_tile(const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t K, float* y, int64_t ldy,
+                           bool acc, int64_t rows = 1) {
+  for (int64_t n = 0; n < rows; n++, w += NR * ldw, y += NR) dense_row_tile_one<NR, TR>(x, ldx, w, ldw, K, y, ldy, acc);
 }
 
 // x [T, K] (row stride ldx) -> out [T, K] in the order dense_row_tile reads against bf16 rows: within each chunk
@@ -338,10 +371,10 @@ inline void pair_order_x(const float* x, int64_t ldx, int64_t T, int64_t K, floa
 
 template <int NR, class WT, int TR = V::TR_ROW>
 inline void dense_row_tiles(int64_t tr, const float* x, int64_t ldx, const WT* w, int64_t ldw, int64_t K, float* y,
-                            int64_t ldy, bool acc) {
+                            int64_t ldy, bool acc, int64_t rows = 1) {
   if constexpr (TR > 1)
-    if (tr < TR) return dense_row_tiles<NR, WT, TR - 1>(tr, x, ldx, w, ldw, K, y, ldy, acc);
-  dense_row_tile<NR, TR>(x, ldx, w, ldw, K, y, ldy, acc);
+    if (tr < TR) return dense_row_tiles<NR, WT, TR - 1>(tr, x, ldx, w, ldw, K, y, ldy, acc, rows);
+  dense_row_tile<NR, TR>(x, ldx, w, ldw, K, y, ldy, acc, rows);
 }
 
 // Four bf16 rows of a decode step (one token, K a multiple of 2W), one after the other in memory order with the
@@ -390,22 +423,27 @@ void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
   int64_t ldx = a.ldx;
   if constexpr (std::is_same_v<WT, uint16_t>) {
     thread_local std::vector<float> paired;
-    paired.resize(static_cast<size_t>(a.T * a.K));
-    pair_order_x(a.x, a.ldx, a.T, a.K, paired.data());
-    x = paired.data();
+    paired.resize(static_cast<size_t>(a.T * a.K + 16));
+    float* px = paired.data();
+    px += (64 - reinterpret_cast<uintptr_t>(px) % 64) % 64 / sizeof(float);
+    pair_order_x(a.x, a.ldx, a.T, a.K, px);
+    x = px;
     ldx = a.K;
   }
   int64_t n = n0;
   if constexpr (std::is_same_v<WT, uint16_t>)
     if (a.T == 1 && a.K % (2 * V::W) == 0)
       for (; n + 4 <= n1; n += 4) decode_rows4(x, W + n * a.ldw, a.ldw, a.K, a.y + n, a.accumulate);
-  for (; n < n1; n++)
+  // Blocks of 16 rows, each token tile over the whole block (the block's rows stay in L1 or L2 for the next tile).
+  for (; n < n1; n += 16) {
+    const int64_t rows = std::min<int64_t>(16, n1 - n);
     for (int64_t t = 0; t < a.T;) {
       const int64_t tr = token_tile(a.T - t, V::TR_ROW);
       dense_row_tiles<1, WT>(tr, x + t * ldx, ldx, W + n * a.ldw, a.ldw, a.K, a.y + t * a.ldy + n, a.ldy,
-                             a.accumulate);
+                             a.accumulate, rows);
       t += tr;
     }
+  }
 }
 
 // n bf16 values -> f32 (exact); whole vectors when n == kScaleBlock, one at a time otherwise (never reads past

@@ -43,6 +43,14 @@ void dot4_f32_generic(const float* x, int64_t ldx, const float* w, int64_t n, fl
 void axpy_generic(float a, const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] += a * x[i];
 }
+// One row of permute_int4_activations (the AVX2 table uses it too).
+void permute_int4_row_generic(const float* xr, int64_t K, float* o) {
+  for (int64_t c = 0; c + 32 <= K; c += 32)
+    for (int j = 0; j < 16; j++) {
+      o[c + j] = xr[c + 2 * j];
+      o[c + 16 + j] = xr[c + 2 * j + 1];
+    }
+}
 
 // Decode attention over the visible keys of a KV head, for the nq query heads that share it: scores
 // out[h·ldo + j] = Σ_i q[h·ldq + i] · rows[j][i].
@@ -432,17 +440,20 @@ Kernels make(const std::string& isa) {
   Kernels k{};
   if (isa == "avx512") {
     k = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot4_bf16_avx512, dot4_f32_avx512, axpy_avx512,
-         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512, qgemm_x_permuted};
+         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512, qgemm_x_permuted,
+         permute_int4_row_avx512};
     fill_gemm_avx512(k);
     fill_vmath_avx512(k);
   } else if (isa == "avx2") {
     k = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot4_bf16_avx2, dot4_f32_avx2, axpy_avx2, nullptr, nullptr, nullptr,
-         nullptr, nullptr, nullptr, dot_rows_avx2, axpy_rows_avx2, qgemm_x_permuted};
+         nullptr, nullptr, nullptr, dot_rows_avx2, axpy_rows_avx2, qgemm_x_permuted,
+         permute_int4_row_generic};
     fill_gemm_avx2(k);
     fill_vmath_avx2(k);
   } else {
     k = {"generic", dot_f32_generic, dot_bf16_generic, dot4_bf16_generic, dot4_f32_generic, axpy_generic,
-         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_generic, axpy_rows_generic, qgemm_x_permuted};
+         nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_generic, axpy_rows_generic, qgemm_x_permuted,
+         permute_int4_row_generic};
     fill_gemm_generic(k);
     fill_vmath_generic(k);
   }
@@ -502,16 +513,11 @@ bool set_isa(const std::string& name) {
 void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out) {
   // A prompt's rows in parallel (it runs before the matmul's own parallel region; 3.5 % of a two-thread int4
   // prefill when one thread did it).
-  const bool avx512 = std::string(kernels().isa) == "avx512";
+  const auto row = kernels().permute_int4_row;
   parallel_for(T, T * K >= (int64_t{1} << 14), [&](int64_t t) {
     const float* xr = x + t * ldx;
     float* o = out + t * K;
-    if (avx512) return permute_int4_row_avx512(xr, K, o);
-    for (int64_t c = 0; c + 32 <= K; c += 32)
-      for (int j = 0; j < 16; j++) {
-        o[c + j] = xr[c + 2 * j];
-        o[c + 16 + j] = xr[c + 2 * j + 1];
-      }
+    row(xr, K, o);
   });
 }
 

@@ -75,6 +75,9 @@ struct Kernels {
   // A quantized matmul's activations in the layout qgemm reads: writes T rows to `out` and returns their width, or
   // returns 0 when qgemm reads x as it is. qgemm's a.x / a.ldx are then out / that width.
   int64_t (*qgemm_x)(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group, std::vector<float>& out);
+  // One row of permute_int4_activations: x [K] -> out [K], each 32-input chunk reordered to (even inputs, odd
+  // inputs); a tail of fewer than 32 inputs is left unwritten. A copy: every path writes the same values.
+  void (*permute_int4_row)(const float* x, int64_t K, float* out);
 };
 
 const Kernels& kernels();

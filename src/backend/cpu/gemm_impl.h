@@ -264,8 +264,8 @@ void panel_gemm(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t KB, f
 // sum): a row of 256 inputs is then four FMA chains of 4 instead of one of 16, which the FMA latency bounded (a
 // 768 × 256 bf16 matrix from L2 took 3.4 cycles per vector of 16 weights). The row is read once per token tile, in
 // memory order; gemm_dense runs each token tile over a block of 16 rows in one call (per row, a call with its
-// prologue and pointer set-up had cost as much as a quarter of a verification's tile). Each token's sum depends only on the row and the token, so any T < kPanelMinT gives a decode
-// step's sums bit for bit.
+// prologue and pointer set-up had cost as much as a quarter of a verification's tile). Each token's sum depends
+// only on the row and the token, so any T < kPanelMinT gives a decode step's sums bit for bit.
 template <int NR, int TR, class WT>
 __attribute__((always_inline)) inline void dense_row_tile_one(const float* x, int64_t ldx, const WT* w, int64_t ldw,
                                                               int64_t K, float* y, int64_t ldy, bool acc) {

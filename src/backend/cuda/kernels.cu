@@ -1125,18 +1125,24 @@ constexpr int kAccPerLane = kMaxAttentionDv / 32;
 // read from L2 (other blocks wrote them). Each split's weight is taken once, by one thread; the numerators' loads
 // over the splits are independent, so they overlap.
 __device__ void merge_splits(const AttentionArgs& a, const float* part, int splits, int64_t t, int64_t h) {
-  __shared__ float wts[kAttentionCounters];
+  __shared__ float wts[kAttentionCounters], dens[kAttentionCounters];
   __shared__ float red[32];
   const int64_t row = a.Dv + 2;
+  // Each split's max and denominator in one round of loads; then its weight, by the thread that loaded it.
   float m = -INFINITY;
-  for (int i = threadIdx.x; i < splits; i += blockDim.x) m = fmaxf(m, __ldcg(part + i * row));
+  for (int i = threadIdx.x; i < splits; i += blockDim.x) {
+    const float mi = __ldcg(part + i * row), li = __ldcg(part + i * row + 1);
+    wts[i] = mi;
+    dens[i] = li;
+    m = fmaxf(m, mi);
+  }
   const float M = block_max(m, red);
   float den = 0.0f;
   for (int i = threadIdx.x; i < splits; i += blockDim.x) {
-    const float mi = __ldcg(part + i * row);
+    const float mi = wts[i];
     const float wi = mi == -INFINITY ? 0.0f : expf(mi - M);
     wts[i] = wi;
-    if (mi != -INFINITY) den += wi * __ldcg(part + i * row + 1);
+    if (mi != -INFINITY) den += wi * dens[i];
   }
   den = block_sum(den, red);  // its barriers also publish wts
   float* o = a.out + t * a.soT + h * a.soH;
@@ -1145,9 +1151,16 @@ __device__ void merge_splits(const AttentionArgs& a, const float* part, int spli
       o[d] = 0.0f;
       continue;
     }
+    // Sixteen splits' loads at a time, then their terms in order (a short run of splits is one round trip too).
     float num = 0.0f;
-#pragma unroll 8
-    for (int i = 0; i < splits; i++) num += wts[i] * __ldcg(part + i * row + 2 + d);
+    for (int i0 = 0; i0 < splits; i0 += 16) {
+      float v[16];
+#pragma unroll
+      for (int u = 0; u < 16; u++) v[u] = i0 + u < splits ? __ldcg(part + (i0 + u) * row + 2 + d) : 0.0f;
+#pragma unroll
+      for (int u = 0; u < 16; u++)
+        if (i0 + u < splits) num += wts[i0 + u] * v[u];
+    }
     o[d] = num / den;
   }
 }

@@ -635,7 +635,8 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
         constexpr int per = 32 / BITS;  // codes per word: 8 or 4
 #pragma unroll
         for (int j = 0; j < 4; j++) {
-          uint32_t bytes[R][2];  // the word's codes one per byte: [0] codes 0, 2, 4, 6 (int4) or 0..3 (int8), [1] 1, 3, 5, 7
+          // The word's codes one per byte: [0] codes 0, 2, 4, 6 (int4) or 0..3 (int8), [1] codes 1, 3, 5, 7 (int4).
+          uint32_t bytes[R][2];
 #pragma unroll
           for (int r = 0; r < R; r++) {
             const uint32_t word = j == 0 ? q[r].x : j == 1 ? q[r].y : j == 2 ? q[r].z : q[r].w;
@@ -666,7 +667,8 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
               const int half = BITS == 4 ? i & 1 : 0, byte = BITS == 4 ? i >> 1 : i;
 #pragma unroll
               for (int r = 0; r < R; r++) {
-                const float code = __uint_as_float(__byte_perm(bytes[r][half], 0x4B000000u, 0x7440u | byte)) - 8388608.0f;
+                const uint32_t bits = __byte_perm(bytes[r][half], 0x4B000000u, 0x7440u | byte);
+                const float code = __uint_as_float(bits) - 8388608.0f;
                 dq[r][t] += xv[i] * code;
               }
             }
@@ -1165,6 +1167,23 @@ __device__ void merge_splits(const AttentionArgs& a, const float* part, int spli
   }
 }
 
+// Called by every thread of a split's block once the block's (max, denominator, numerators) row is in `partial`:
+// the block is counted once its row is visible, and the last split of this (query, head) to finish merges them all
+// and zeroes the counter for the next launch.
+__device__ void finish_split(const AttentionArgs& a, const float* partial, unsigned* counters, int64_t t, int64_t h) {
+  __shared__ unsigned ticket;
+  __syncthreads();
+  if (threadIdx.x == 0) {
+    __threadfence();
+    ticket = atomicAdd(counters + blockIdx.x, 1u);
+  }
+  __syncthreads();
+  if (ticket != gridDim.y - 1) return;
+  __threadfence();
+  merge_splits(a, partial + static_cast<int64_t>(blockIdx.x) * gridDim.y * (a.Dv + 2), gridDim.y, t, h);
+  if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
+}
+
 // With gridDim.y > 1 (splits of the keys, for few queries over many keys), each block handles one split and leaves
 // (max, denominator, numerators) in `partial`; the last of a (query, head)'s splits to finish merges them.
 __global__ void __launch_bounds__(32 * kAttnWarps, 2) attention_kernel(AttentionArgs a, float* partial,
@@ -1247,18 +1266,7 @@ __global__ void __launch_bounds__(32 * kAttnWarps, 2) attention_kernel(Attention
         part[1] = den;
     }
     if (threadIdx.x == 0) part[0] = M;
-    // Counted once this block's row is visible; the last split of this (query, head) merges them all.
-    __shared__ unsigned ticket;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      ticket = atomicAdd(counters + blockIdx.x, 1u);
-    }
-    __syncthreads();
-    if (ticket != gridDim.y - 1) return;
-    __threadfence();
-    merge_splits(a, partial + static_cast<int64_t>(blockIdx.x) * gridDim.y * (a.Dv + 2), gridDim.y, t, h);
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
+    finish_split(a, partial, counters, t, h);
     return;
   }
   float* o = a.out + t * a.soT + h * a.soH;
@@ -1425,18 +1433,7 @@ __global__ void __launch_bounds__(32 * kDecodeWarps) attention_decode_kernel(Att
       part[0] = M;
       part[1] = M == -INFINITY ? 0.0f : den;
     }
-    // Counted once this block's row is visible; the last split of this (query, head) merges them all.
-    __shared__ unsigned ticket;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-      __threadfence();
-      ticket = atomicAdd(counters + blockIdx.x, 1u);
-    }
-    __syncthreads();
-    if (ticket != gridDim.y - 1) return;
-    __threadfence();
-    merge_splits(a, partial + static_cast<int64_t>(blockIdx.x) * gridDim.y * (a.Dv + 2), gridDim.y, t, h);
-    if (threadIdx.x == 0) counters[blockIdx.x] = 0u;
+    finish_split(a, partial, counters, t, h);
     return;
   }
   float* o = a.out + t * a.soT + h * a.soH;

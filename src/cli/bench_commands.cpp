@@ -164,9 +164,20 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
       const fs::path f = fs::absolute(o.random);
       label = f.stem() == "config" ? f.parent_path().filename().string() : f.stem().string();
     }
-    target_dir = ensure_random_checkpoint(config, label);
-    if (o.draft != "none" && &family_of(config, label) == &gemma4_family())
-      draft_dir = ensure_random_checkpoint(gemma4_assistant_config_for(config), label + "-assistant");
+    const bool assistant = o.draft != "none" && &family_of(config, label) == &gemma4_family();
+    if (!dev.is_cpu()) {
+      // On a GPU the weights are made in memory and placed on it as they are made: nothing is written to disk
+      // (a 31B checkpoint would not fit beside the model on a small disk) and loading reads no file.
+      src = random_model_in_memory(config, label, dev, parse_quant_type(o.quantize, "--quantize"), kDefaultGroupSize,
+                                   false);
+      if (assistant)
+        dsrc = std::make_unique<ModelSource>(random_model_in_memory(gemma4_assistant_config_for(config),
+                                                                    label + "-assistant", dev, QuantType::None,
+                                                                    kDefaultGroupSize, true));
+    } else {
+      target_dir = ensure_random_checkpoint(config, label);
+      if (assistant) draft_dir = ensure_random_checkpoint(gemma4_assistant_config_for(config), label + "-assistant");
+    }
   } else if (!o.model.empty()) {
     src = resolve_model_arg(o.model);
     if (!o.draft.empty()) dsrc = std::make_unique<ModelSource>(resolve_model_arg(o.draft));
@@ -178,7 +189,7 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
     if (qt != QuantType::None) target_dir = quantized_copy(target_dir, qt, kDefaultGroupSize, false);
     src = ModelSource::from_directory(target_dir);
     if (!draft_dir.empty()) dsrc = std::make_unique<ModelSource>(ModelSource::from_directory(draft_dir));
-  } else if (qt != QuantType::None) {
+  } else if (qt != QuantType::None && o.random.empty()) {
     throw InvalidInput("--quantize applies to --random models; quantize store models with `vatic create -q`");
   }
 

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "models/registry.h"
+#include "ops/ops.h"
 #include "quant/policy.h"
 #include "util/error.h"
 
@@ -83,6 +84,55 @@ Tensor random_bf16(const Shape& shape, float std, uint64_t seed) {
   }
   return t;
 }
+
+namespace {
+
+// One tensor of a random checkpoint (`seed` advances for each random matrix).
+Tensor random_tensor(const ExpectedTensor& e, uint64_t& seed) {
+  if (e.name.ends_with("token_ordering")) {  // the assistant's vocabulary order: a permutation
+    const int64_t V = e.shape.at(0);
+    std::vector<int64_t> order(static_cast<size_t>(V));
+    std::iota(order.begin(), order.end(), 0);
+    std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
+    Tensor t = Tensor::empty({V}, DType::I64);
+    std::copy(order.begin(), order.end(), t.data<int64_t>());
+    return t;
+  }
+  if (e.shape.size() == 1)  // norms, scales and scalars at 1; biases at 0
+    return constant_bf16(e.shape, e.name.find("bias") != std::string::npos ? 0.0f : 1.0f);
+  return random_bf16(e.shape, 0.02f, ++seed);
+}
+
+// Tensor `name` as the quantization policy stores it: itself, or its packed codes, scales and biases (`spec`
+// gets "type:group"). A tied embedding table (embedding and LM head at once) stays as it is.
+std::vector<NamedTensor> quantize_for_policy(const std::string& name, const Tensor& t, QuantType type, int group,
+                                             const QuantPolicyContext& ctx, bool tied, std::string& spec) {
+  QuantDecision d = decide_quantization(name, t.shape(), type, group, ctx);
+  if (d.type == QuantType::None || (tied && name.ends_with("embed_tokens.weight"))) return {{name, t}};
+  QuantizedTensor q = quantize(t, quant_bits(d.type), d.group_size);
+  const std::string base = quant_base_name(name);
+  spec = fmt::format("{}:{}", quant_type_name(d.type), d.group_size);
+  return {{name, q.packed}, {base + ".scales", q.scales}, {base + ".biases", q.biases}};
+}
+
+// A checkpoint's metadata for the quantization specs of its tensors (name -> "type:group").
+std::map<std::string, std::string> quant_metadata(const std::map<std::string, std::string>& specs) {
+  std::map<std::string, std::string> meta{{"format", "pt"}};
+  std::string uniform;
+  bool mixed = false;
+  for (const auto& [name, spec] : specs) {
+    meta[name] = spec;
+    if (uniform.empty()) uniform = spec;
+    mixed = mixed || uniform != spec;
+  }
+  if (!uniform.empty() && !mixed) {
+    meta["quantization"] = uniform.substr(0, uniform.find(':'));
+    meta["group_size"] = uniform.substr(uniform.find(':') + 1);
+  }
+  return meta;
+}
+
+}  // namespace
 
 json cut_to_layers(json config, int layers) {
   json& t = text_of(config);
@@ -191,21 +241,7 @@ fs::path ensure_random_checkpoint(const json& config, const std::string& label) 
                expected.size(), dir.c_str());
   std::vector<NamedTensor> ts;
   uint64_t seed = fnv1a(label);
-  for (const ExpectedTensor& e : expected) {
-    if (e.name.ends_with("token_ordering")) {  // the assistant's vocabulary order: a permutation
-      const int64_t V = e.shape.at(0);
-      std::vector<int64_t> order(static_cast<size_t>(V));
-      std::iota(order.begin(), order.end(), 0);
-      std::shuffle(order.begin(), order.end(), std::mt19937_64(7));
-      Tensor t = Tensor::empty({V}, DType::I64);
-      std::copy(order.begin(), order.end(), t.data<int64_t>());
-      ts.push_back({e.name, t});
-    } else if (e.shape.size() == 1) {  // norms, scales and scalars at 1; biases at 0
-      ts.push_back({e.name, constant_bf16(e.shape, e.name.find("bias") != std::string::npos ? 0.0f : 1.0f)});
-    } else {
-      ts.push_back({e.name, random_bf16(e.shape, 0.02f, ++seed)});
-    }
-  }
+  for (const ExpectedTensor& e : expected) ts.push_back({e.name, random_tensor(e, seed)});
   publish(dir, ts, {{"format", "pt"}}, config);
   return dir;
 }
@@ -223,39 +259,47 @@ fs::path quantized_copy(const fs::path& src, QuantType type, int group, bool dra
   std::vector<std::vector<NamedTensor>> parts(names.size());
   std::vector<std::string> specs(names.size());
 #pragma omp parallel for schedule(dynamic)
-  for (size_t i = 0; i < names.size(); i++) {
-    const std::string& name = names[i];
-    Tensor t = store.get(name);
-    QuantDecision d = decide_quantization(name, t.shape(), type, group, ctx);
-    if (d.type == QuantType::None || (tied && name.ends_with("embed_tokens.weight"))) {
-      parts[i].push_back({name, t});
-      continue;
-    }
-    QuantizedTensor q = quantize(t, quant_bits(d.type), d.group_size);
-    const std::string base = quant_base_name(name);
-    parts[i].push_back({name, q.packed});
-    parts[i].push_back({base + ".scales", q.scales});
-    parts[i].push_back({base + ".biases", q.biases});
-    specs[i] = fmt::format("{}:{}", quant_type_name(d.type), d.group_size);
-  }
+  for (size_t i = 0; i < names.size(); i++)
+    parts[i] = quantize_for_policy(names[i], store.get(names[i]), type, group, ctx, tied, specs[i]);
   std::vector<NamedTensor> all;
-  std::map<std::string, std::string> meta{{"format", "pt"}};
-  std::string uniform;
-  bool mixed = false;
+  std::map<std::string, std::string> spec_of;
   for (size_t i = 0; i < names.size(); i++) {
     for (auto& nt : parts[i]) all.push_back(std::move(nt));
-    if (!specs[i].empty()) {
-      meta[names[i]] = specs[i];
-      if (uniform.empty()) uniform = specs[i];
-      mixed = mixed || uniform != specs[i];
-    }
+    if (!specs[i].empty()) spec_of[names[i]] = specs[i];
   }
-  if (!uniform.empty() && !mixed) {
-    meta["quantization"] = uniform.substr(0, uniform.find(':'));
-    meta["group_size"] = uniform.substr(uniform.find(':') + 1);
-  }
+  const std::map<std::string, std::string> meta = quant_metadata(spec_of);
   publish(dir, all, meta, cj);
   return dir;
+}
+
+ModelSource random_model_in_memory(const json& config, const std::string& label, Device device, QuantType type,
+                                   int group, bool draft) {
+  const fs::path dir = cache_root() / fmt::format("{}-{:016x}-config", label, fnv1a(config.dump()));
+  fs::create_directories(dir);
+  write_json(dir / "config.json", config);
+  const ModelFamily& family = family_of(config, label);
+  const std::vector<ExpectedTensor> expected =
+      family.expected_tensors(config, label, [](const std::string&) { return false; });
+  const QuantPolicyContext ctx = family.quant_context(config, label, draft);
+  const bool tied = text_of(config).value("tie_word_embeddings", config.value("tie_word_embeddings", false));
+  std::fprintf(stderr, "making a random-weight %s model (%zu tensors) in memory on %s ...\n", label.c_str(),
+               expected.size(), device.str().c_str());
+  std::map<std::string, Tensor> tensors;
+  std::map<std::string, std::string> specs;
+  uint64_t seed = fnv1a(label);
+  for (const ExpectedTensor& e : expected) {
+    std::string spec;
+    const Tensor t = random_tensor(e, seed);
+    for (auto& [name, part] : type == QuantType::None ? std::vector<NamedTensor>{{e.name, t}}
+                                                      : quantize_for_policy(e.name, t, type, group, ctx, tied, spec))
+      tensors.emplace(name, ops::to_device(part, device));
+    if (!spec.empty()) specs[e.name] = spec;
+  }
+  ModelSource src;
+  src.name = label + " (random weights in memory)";
+  src.config = dir / "config.json";
+  src.tensors = std::make_shared<const TensorStore>(std::move(tensors), quant_metadata(specs), src.name);
+  return src;
 }
 
 namespace {

@@ -7,6 +7,7 @@
 #include <filesystem>
 #include <string>
 
+#include "formats/model_source.h"
 #include "formats/safetensors.h"
 #include "quant/quantize.h"
 #include "util/json.h"
@@ -35,6 +36,12 @@ std::filesystem::path ensure_random_checkpoint(const json& config, const std::st
 // A quantized copy of a checkpoint directory next to it, following the quantization policy of its family. A tied
 // embedding table (embedding and LM head at once) stays as it is.
 std::filesystem::path quantized_copy(const std::filesystem::path& src, QuantType type, int group, bool draft);
+
+// The same model (quantized by `type` unless None, as quantized_copy would) made in memory, each tensor placed on
+// `device` as it is made: no weights on disk, only the config.json the loader reads (in the cache folder). For
+// shapes whose weights would not fit the disk, and for the device's bench, which then never waits on a file.
+ModelSource random_model_in_memory(const json& config, const std::string& label, Device device, QuantType type,
+                                   int group, bool draft);
 
 // Bytes of weights one plain decode step reads from `store` (a model of `config`): every tensor, except that an
 // embedding table only read by row (per-layer embeddings; token embeddings when an untied LM head exists) counts

@@ -10,10 +10,13 @@
 
 namespace vatic {
 
+class TensorStore;
+
 struct ModelSource {
   std::string name;                                  // model name or directory, for messages
   std::filesystem::path config;                      // config.json
   std::vector<std::filesystem::path> weights;        // safetensors files holding the tensors (any split)
+  std::shared_ptr<const TensorStore> tensors;        // or the tensors themselves, in memory (benchmarks)
   std::filesystem::path tokenizer;                   // tokenizer.json; empty for drafters
   std::filesystem::path generation_config;           // may be empty
   json params = json::object();                      // Modelfile PARAMETERs (store models only)

@@ -255,7 +255,12 @@ TensorStore::TensorStore(const fs::path& p) {
                              p.string()));
 }
 
+TensorStore::TensorStore(std::map<std::string, Tensor> tensors, std::map<std::string, std::string> metadata,
+                         const std::string& label)
+    : root_(label), source_(label), memory_(std::move(tensors)), memory_metadata_(std::move(metadata)) {}
+
 Tensor TensorStore::get(const std::string& name) const {
+  if (auto m = memory_.find(name); m != memory_.end()) return m->second;
   auto it = where_.find(name);
   if (it == where_.end()) throw NotFound(fmt::format("tensor {} is missing from {}", name, source_.string()));
   return files_[it->second]->get(name);
@@ -276,12 +281,14 @@ Tensor TensorStore::optional(const std::string& name, const Shape& expected) con
 
 std::vector<std::string> TensorStore::names() const {
   std::vector<std::string> r;
-  r.reserve(where_.size());
+  r.reserve(where_.size() + memory_.size());
   for (const auto& [k, v] : where_) r.push_back(k);
+  for (const auto& [k, v] : memory_) r.push_back(k);
   return r;
 }
 
 const fs::path& TensorStore::file_of(const std::string& name) const {
+  if (memory_.count(name)) return source_;
   auto it = where_.find(name);
   if (it == where_.end()) throw NotFound(fmt::format("tensor {} is missing from {}", name, source_.string()));
   return files_[it->second]->path();
@@ -295,6 +302,7 @@ std::vector<fs::path> TensorStore::files() const {
 
 uint64_t TensorStore::total_bytes() const {
   uint64_t total = 0;
+  for (const auto& [name, t] : memory_) total += t.nbytes();
   for (const auto& [name, i] : where_) {
     const auto& e = files_[i]->entry(name);
     total += e.end - e.begin;
@@ -302,7 +310,16 @@ uint64_t TensorStore::total_bytes() const {
   return total;
 }
 
-const std::map<std::string, std::string>& TensorStore::metadata() const { return files_.at(0)->metadata(); }
+const std::map<std::string, std::string>& TensorStore::metadata_of(const std::string& name) const {
+  if (memory_.count(name)) return memory_metadata_;
+  auto it = where_.find(name);
+  if (it == where_.end()) throw NotFound(fmt::format("tensor {} is missing from {}", name, source_.string()));
+  return files_[it->second]->metadata();
+}
+
+const std::map<std::string, std::string>& TensorStore::metadata() const {
+  return files_.empty() ? memory_metadata_ : files_.at(0)->metadata();
+}
 
 // ---------------------------------------------------------------------------------------------------------------
 // Writer

@@ -56,8 +56,12 @@ class TensorStore {
   explicit TensorStore(const std::filesystem::path& dir_or_file);
   // Tensors spread over several safetensors files (e.g. store blobs); a name may appear in only one of them.
   explicit TensorStore(const std::vector<std::filesystem::path>& files);
+  // Tensors already in memory (on any device) rather than in files, e.g. random weights made for a benchmark:
+  // `label` stands for the file in messages; `metadata` is what a file's __metadata__ would hold.
+  TensorStore(std::map<std::string, Tensor> tensors, std::map<std::string, std::string> metadata,
+              const std::string& label);
 
-  bool has(const std::string& name) const { return where_.count(name) != 0; }
+  bool has(const std::string& name) const { return where_.count(name) != 0 || memory_.count(name) != 0; }
   // Throws vatic::NotFound: "tensor NAME is missing from FILE".
   Tensor get(const std::string& name) const;
   // Like get(); also throws vatic::InvalidInput when the shape differs:
@@ -66,17 +70,19 @@ class TensorStore {
   // Like require(name, shape) but absent tensors yield an undefined Tensor.
   Tensor optional(const std::string& name, const Shape& expected_shape) const;
   std::vector<std::string> names() const;  // sorted
-  size_t size() const { return where_.size(); }
+  size_t size() const { return where_.size() + memory_.size(); }
   // The file a tensor lives in (throws NotFound when absent).
   const std::filesystem::path& file_of(const std::string& name) const;
   // Every file the store reads (shards in index order of first appearance; the index file is not listed).
-  std::vector<std::filesystem::path> files() const;
+  std::vector<std::filesystem::path> files() const;  // none for a store in memory
   const std::filesystem::path& root() const { return root_; }
   // Where "missing" errors point: the single file, or the index file of a sharded checkpoint.
   const std::filesystem::path& source() const { return source_; }
   bool sharded() const { return sharded_; }
   uint64_t total_bytes() const;  // sum of tensor byte sizes
   const std::map<std::string, std::string>& metadata() const;  // of the first file
+  // Of the file holding `name` (throws NotFound when absent).
+  const std::map<std::string, std::string>& metadata_of(const std::string& name) const;
 
  private:
   std::filesystem::path root_;
@@ -84,6 +90,8 @@ class TensorStore {
   bool sharded_ = false;
   std::vector<std::shared_ptr<SafetensorsFile>> files_;
   std::map<std::string, size_t> where_;  // tensor name -> index into files_
+  std::map<std::string, Tensor> memory_;  // a store in memory: its tensors (files_ is empty)
+  std::map<std::string, std::string> memory_metadata_;
 };
 
 // Writes tensors (host memory, contiguous or strided) into a safetensors file atomically (temp file in the same

@@ -7,6 +7,7 @@
 namespace vatic {
 
 std::shared_ptr<const TensorStore> open_weights(const ModelSource& source) {
+  if (source.tensors) return source.tensors;
   if (source.weights.empty()) throw InvalidInput(fmt::format("{}: no weights", source.name));
   if (source.weights.size() == 1) return std::make_shared<TensorStore>(source.weights.front());
   return std::make_shared<TensorStore>(source.weights);

@@ -26,6 +26,11 @@ Tensor Weights::place(const std::string& name, const Shape& shape, bool keep) co
   return t;
 }
 
+Tensor Weights::host(const std::string& name) const { return ops::to_host(store_->get(name)); }
+Tensor Weights::host(const std::string& name, const Shape& shape) const {
+  return ops::to_host(store_->require(name, shape));
+}
+
 Tensor Weights::optional(const std::string& name, const Shape& shape) const {
   return has(name) ? require(name, shape) : Tensor();
 }
@@ -34,7 +39,7 @@ WeightTotals count_weights(const Weights& w, const std::function<bool(const std:
   WeightTotals r;
   for (const auto& name : w.names()) {
     if (!counts(name)) continue;
-    const Tensor t = w.host(name);
+    const Tensor t = w.store().get(name);  // sizes only: where it lies does not matter
     r.bytes += t.nbytes();
     if (name.ends_with(".scales") || name.ends_with(".biases")) {
       r.quantized = true;

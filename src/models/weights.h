@@ -26,8 +26,8 @@ class Weights {
   bool has(const std::string& name) const { return store_->has(name); }
   std::vector<std::string> names() const { return store_->names(); }
   // Host views (mmap) for what is only read at load time (sizes, orderings, scalars).
-  Tensor host(const std::string& name) const { return store_->get(name); }
-  Tensor host(const std::string& name, const Shape& shape) const { return store_->require(name, shape); }
+  Tensor host(const std::string& name) const;
+  Tensor host(const std::string& name, const Shape& shape) const;
   // On the device, checked against the shape config.json implies (see TensorStore::require).
   Tensor require(const std::string& name, const Shape& shape) const;
   Tensor optional(const std::string& name, const Shape& shape) const;

@@ -1,7 +1,6 @@
 #include "quant/format.h"
 
 #include <map>
-#include <mutex>
 
 namespace vatic {
 
@@ -26,16 +25,8 @@ static QuantSpec parse_spec(const std::string& text, const std::string& group, c
 }
 
 QuantSpec quant_spec_of(const TensorStore& ts, const std::string& name) {
-  static std::mutex mu;
-  static std::map<std::string, std::map<std::string, std::string>> cache;
   const auto& file = ts.file_of(name);
-  std::map<std::string, std::string> meta;
-  {
-    std::lock_guard<std::mutex> lock(mu);
-    auto it = cache.find(file.string());
-    if (it == cache.end()) it = cache.emplace(file.string(), SafetensorsFile(file).metadata()).first;
-    meta = it->second;
-  }
+  const std::map<std::string, std::string>& meta = ts.metadata_of(name);
   const std::string where = file.string() + " (" + name + ")";
   if (auto it = meta.find(name); it != meta.end()) return parse_spec(it->second, "", where);
   auto q = meta.find("quantization");

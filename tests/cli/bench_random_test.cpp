@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
@@ -82,6 +83,40 @@ TEST_F(BenchRandom, GeneratedModelsLoadAndTheirAssistantsFit) {
     int drafted = 0;
     drafter->draft(*st, 13, r.hidden, 3, [&](const Tensor&) { return static_cast<int32_t>(20 + drafted++); });
     EXPECT_EQ(drafted, 3);
+  }
+}
+
+TEST_F(BenchRandom, ModelsInMemoryEqualTheirCheckpoints) {
+  const json config = read(fixture("gemma4-e2b-tiny") / "config.json");
+  for (QuantType q : {QuantType::None, QuantType::Int8, QuantType::Int4}) {
+    SCOPED_TRACE(quant_type_name(q));
+    const ModelSource mem = random_model_in_memory(config, "e2b", Device::CPU, q, 32, false);
+    ASSERT_TRUE(mem.tensors);
+    EXPECT_TRUE(mem.weights.empty());
+    fs::path d = ensure_random_checkpoint(config, "e2b");
+    if (q != QuantType::None) d = quantized_copy(d, q, 32, false);
+    const TensorStore disk(d);
+    // The same tensors, bit for bit, and the same quantization metadata.
+    ASSERT_EQ(mem.tensors->names(), disk.names());
+    for (const auto& n : disk.names()) {
+      const Tensor a = mem.tensors->get(n), b = disk.get(n);
+      ASSERT_EQ(a.shape(), b.shape()) << n;
+      ASSERT_EQ(a.dtype(), b.dtype()) << n;
+      EXPECT_EQ(std::memcmp(a.raw(), b.raw(), a.nbytes()), 0) << n;
+    }
+    EXPECT_EQ(mem.tensors->metadata(), disk.metadata());
+    EXPECT_EQ(mem.tensors->total_bytes(), disk.total_bytes());
+    // And the same model: equal logits.
+    auto a = load_language_model(mem, Device::CPU), b = load_language_model(ModelSource::from_directory(d), Device::CPU);
+    auto sa = a->new_state(), sb = b->new_state();
+    EXPECT_EQ(ops::to_vector(a->forward(*sa, {2, 10, 11, 12}, 1).logits),
+              ops::to_vector(b->forward(*sb, {2, 10, 11, 12}, 1).logits));
+  }
+  // Only a config.json was written for the models in memory.
+  for (const auto& e : fs::recursive_directory_iterator(dir_)) {
+    if (e.is_regular_file() && e.path().parent_path().filename().string().ends_with("-config")) {
+      EXPECT_EQ(e.path().filename(), "config.json") << e.path();
+    }
   }
 }
 

@@ -639,8 +639,25 @@ class CudaBackend final : public Backend {
     if (fused) {
       bind();
       Timed timed_(*this, "matmul_many (gemv)");
-      if (cuda::gemv_many(x.data<float>(), x.stride(0), static_cast<int>(T), static_cast<int>(ws.size()), cw, N,
-                          x.dim(1), y, ldy, stream_)) {
+      // One launch per encoding, in order of first appearance (a quantized layer may keep v at more bits than q
+      // and k). Should a group not take the fused GEMV, the composed path below recomputes every output.
+      bool done[3] = {false, false, false};
+      for (size_t i = 0; fused && i < ws.size(); i++) {
+        if (done[i]) continue;
+        cuda::Weight gw[3];
+        int64_t gN[3], gld[3];
+        float* gy[3];
+        int n = 0;
+        for (size_t k = i; k < ws.size(); k++)
+          if (!done[k] && cuda::same_encoding(cw[i], cw[k])) {
+            gw[n] = cw[k], gN[n] = N[k], gy[n] = y[k], gld[n] = ldy[k];
+            done[k] = true;
+            n++;
+          }
+        fused = cuda::gemv_many(x.data<float>(), x.stride(0), static_cast<int>(T), n, gw, gN, x.dim(1), gy, gld,
+                                stream_);
+      }
+      if (fused) {
         check_launch("matmul");
         return;
       }

@@ -765,17 +765,20 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-constexpr int kMmaWarps = 16;  // warps per block
+constexpr int kMmaWarps = 16;  // the most warps a block has
+constexpr int kMmaSteps = 2;   // k-steps whose loads a warp issues together (2 KB of weights and 512 B of x each)
 
 // The bf16 GEMV on tensor cores, for every T <= 8 (decode and verification take the same path, so a row's sum is
 // the same bits whatever T is: the MMA computes each output column from its own inputs only). A warp owns a
 // 16-row tile of weights and the 8 input rows as the MMA's 8 columns, each input row split into three bf16 parts
-// that accumulate separately (added hi + mid, then + lo, at the end). A k-step covers 64 inputs: lane (g, t)
-// (g = lane / 4, t = lane % 4) loads 16 consecutive inputs at 16t of weight rows g and g + 8 and of input row g,
-// and the k slots (2t, 2t+1, 2t+8, 2t+9) of the step's four k16 MMAs hold its inputs (16t .. 16t+3), (16t+4 ..
-// 16t+7), ...: a permutation of k shared by weights and inputs, so each product is the right one. `parts` warps
-// split the k-steps (interleaved) and add their sums in a fixed order; with EPI 1 the gate's tile and the up
-// projection's tile go to two sets of `parts` warps. Epilogues as in gemv_chunks_kernel.
+// that accumulate separately (added hi + mid, then + lo, at the end). A k-step covers 64 inputs, eight 16-byte
+// chunks of each row: lane (g, t) (g = lane / 4, t = lane % 4) loads chunks t and t + 4 of weight rows g and g + 8
+// and of input row g, so the four lanes of a row read 64 contiguous bytes per load (whole sectors). The k slots
+// (2t, 2t+1, 2t+8, 2t+9) of the step's four k16 MMAs hold the lane's inputs in chunk order: a permutation of k
+// shared by weights and inputs, so each product is the right one. A warp issues the loads of kMmaSteps steps
+// before it computes any. `parts` warps split the k-steps (interleaved) and add their sums in a fixed order; with
+// EPI 1 the gate's tile and the up projection's tile go to two sets of `parts` warps. A block has max(4, span)
+// warps. Epilogues as in gemv_chunks_kernel.
 template <int EPI>
 __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob j, int parts) {
   __shared__ float partial[kMmaWarps][4][32];
@@ -786,7 +789,8 @@ __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob 
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
   const int span = EPI == 1 ? 2 * parts : parts;  // warps per row tile
   const int part = warp % parts, which = EPI == 1 ? (warp / parts) % 2 : 0, lead = warp - warp % span;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * (kMmaWarps / span) + warp / span) * 16;
+  const int tiles_per_block = static_cast<int>(blockDim.x >> 5) / span;
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * tiles_per_block + warp / span) * 16;
   // This lane's weight rows g and g + 8 of the tile (EPI 1: of the gate or of the up projection).
   const uint4* rowp[2];
 #pragma unroll
@@ -804,50 +808,43 @@ __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob 
   for (int s = 0; s < 3; s++)
 #pragma unroll
     for (int i = 0; i < 4; i++) acc[s][i] = 0.0f;
-  // Two steps in flight: the next step's loads are issued before this step's MMAs.
-  struct Step {
-    uint4 q[2][2];  // [row half][chunk]
-    float4 x[4];
-  };
-  const int64_t stride = parts;
-  auto fetch = [&](Step& b, int64_t s0) {
+  for (int64_t s0 = part; s0 < steps; s0 += static_cast<int64_t>(parts) * kMmaSteps) {
+    uint4 q[kMmaSteps][2][2];  // [step][row half][chunk]
+    float4 xs[kMmaSteps][4];
 #pragma unroll
-    for (int u = 0; u < 2; u++) {
-      const int64_t c = s0 * 8 + 2 * t + u;
-      const bool in = c < chunks;
+    for (int u = 0; u < kMmaSteps; u++) {
+      const int64_t s = s0 + static_cast<int64_t>(u) * parts;
 #pragma unroll
-      for (int h = 0; h < 2; h++) b.q[h][u] = in && rowp[h] ? load_stream(rowp[h] + c) : make_uint4(0, 0, 0, 0);
-      if (in && xrow) {
-        const float4* xp = reinterpret_cast<const float4*>(xrow + c * 8);
-        b.x[2 * u] = xp[0];
-        b.x[2 * u + 1] = xp[1];
-      } else {
-        b.x[2 * u] = b.x[2 * u + 1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+      for (int c2 = 0; c2 < 2; c2++) {
+        const int64_t c = s * 8 + t + 4 * c2;
+        const bool in = s < steps && c < chunks;
+#pragma unroll
+        for (int h = 0; h < 2; h++) q[u][h][c2] = in && rowp[h] ? load_stream(rowp[h] + c) : make_uint4(0, 0, 0, 0);
+        if (in && xrow) {
+          const float4* xp = reinterpret_cast<const float4*>(xrow + c * 8);
+          xs[u][2 * c2] = xp[0];
+          xs[u][2 * c2 + 1] = xp[1];
+        } else {
+          xs[u][2 * c2] = xs[u][2 * c2 + 1] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
       }
     }
-  };
-  auto compute = [&](const Step& b) {
 #pragma unroll
-    for (int k16 = 0; k16 < 4; k16++) {
-      const float4 xv = b.x[k16];
-      uint32_t x3[3][2];  // [part][b0, b1]
-      split_bf16x3(xv.x, xv.y, x3[0][0], x3[1][0], x3[2][0]);
-      split_bf16x3(xv.z, xv.w, x3[0][1], x3[1][1], x3[2][1]);
-      const uint4 &r0 = b.q[0][k16 / 2], &r1 = b.q[1][k16 / 2];
-      const bool hi = k16 & 1;
-      const uint32_t a[4] = {hi ? r0.z : r0.x, hi ? r1.z : r1.x, hi ? r0.w : r0.y, hi ? r1.w : r1.y};
+    for (int u = 0; u < kMmaSteps; u++) {
+      if (s0 + static_cast<int64_t>(u) * parts >= steps) break;
 #pragma unroll
-      for (int s = 0; s < 3; s++) mma_bf16_16816(acc[s], a, x3[s][0], x3[s][1]);
+      for (int k16 = 0; k16 < 4; k16++) {
+        const float4 xv = xs[u][k16];
+        uint32_t x3[3][2];  // [part][b0, b1]
+        split_bf16x3(xv.x, xv.y, x3[0][0], x3[1][0], x3[2][0]);
+        split_bf16x3(xv.z, xv.w, x3[0][1], x3[1][1], x3[2][1]);
+        const uint4 &r0 = q[u][0][k16 / 2], &r1 = q[u][1][k16 / 2];
+        const bool hi = k16 & 1;
+        const uint32_t a[4] = {hi ? r0.z : r0.x, hi ? r1.z : r1.x, hi ? r0.w : r0.y, hi ? r1.w : r1.y};
+#pragma unroll
+        for (int s = 0; s < 3; s++) mma_bf16_16816(acc[s], a, x3[s][0], x3[s][1]);
+      }
     }
-  };
-  Step b0, b1;
-  if (part < steps) fetch(b0, part);
-  for (int64_t s0 = part; s0 < steps; s0 += 2 * stride) {
-    if (s0 + stride < steps) fetch(b1, s0 + stride);
-    compute(b0);
-    if (s0 + stride >= steps) break;
-    if (s0 + 2 * stride < steps) fetch(b0, s0 + 2 * stride);
-    compute(b1);
   }
   // Accumulator i: weight row g + 8·(i / 2) of the tile, input row 2t + (i % 2).
   float v[4], v2[4] = {0.0f, 0.0f, 0.0f, 0.0f};
@@ -1950,14 +1947,16 @@ void launch_gemv_chunks_bits(const GemvJob& j, cudaStream_t s) {
 template <int EPI>
 void launch_gemv_mma(const GemvJob& j, cudaStream_t s) {
   // Enough warps to keep the memory system busy: split the k-steps over up to 16 warps (8 each for gate and up)
-  // when the row tiles alone give too few, as long as each warp still has two steps.
+  // when the row tiles alone give too few, as long as each warp still has a full batch of steps.
   const int64_t N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
   const int64_t steps = (j.K / 8 + 7) / 8, tiles = (N + 15) / 16;
   const int sets = EPI == 1 ? 2 : 1;
   int parts = 1;
-  while (sets * parts < kMmaWarps && tiles * sets * parts < 4096 && steps / (parts * 2) >= 2) parts *= 2;
-  const int64_t per_block = kMmaWarps / (sets * parts), blocks = (tiles + per_block - 1) / per_block;
-  launch(gemv_mma_kernel<EPI>, static_cast<unsigned>(blocks), 32 * kMmaWarps, 0, s, j, parts);
+  while (sets * parts < kMmaWarps && tiles * sets * parts < g_gemv_warps && steps / (parts * 2) >= kMmaSteps)
+    parts *= 2;
+  const int span = sets * parts, block_warps = span < 4 ? 4 : span;
+  const int64_t per_block = block_warps / span, blocks = (tiles + per_block - 1) / per_block;
+  launch(gemv_mma_kernel<EPI>, static_cast<unsigned>(blocks), 32 * block_warps, 0, s, j, parts);
 }
 
 template <int EPI>

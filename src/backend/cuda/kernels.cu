@@ -766,7 +766,7 @@ __device__ __forceinline__ void mma_bf16_16816(float (&d)[4], const uint32_t (&a
 }
 
 constexpr int kMmaWarps = 16;  // the most warps a block has
-constexpr int kMmaSteps = 2;   // k-steps whose loads a warp issues together (2 KB of weights and 512 B of x each)
+constexpr int kMmaSteps = 2;   // k-steps whose loads a warp issues together (2 KB of weights each)
 
 // The bf16 GEMV on tensor cores, for every T <= 8 (decode and verification take the same path, so a row's sum is
 // the same bits whatever T is: the MMA computes each output column from its own inputs only). A warp owns a

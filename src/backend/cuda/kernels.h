@@ -63,10 +63,10 @@ void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_
 // layout it reads (T above 8, unaligned rows, gate and up of different encodings): the caller composes instead.
 bool gemv_gated(const float* x, int64_t ldx, int T, const Weight& gate, const Weight* up, const float* m,
                 int64_t ldm, int act, int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s);
-// Several matrices of one input in one launch: y[i][t, n] = x[t] · w[i][n] for n < N[i], i < count (at most 3).
-// Returns false, launching nothing, where gemv_gated would (or when the matrices' encodings differ).
 // Whether two weights go through one code path of the chunked GEMV (one gemv_many launch can take both).
 bool same_encoding(const Weight& a, const Weight& b);
+// Several matrices of one input in one launch: y[i][t, n] = x[t] · w[i][n] for n < N[i], i < count (at most 3).
+// Returns false, launching nothing, where gemv_gated would (or when the matrices' encodings differ).
 bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, const int64_t* N, int64_t K,
                float* const* y, const int64_t* ldy, cudaStream_t s);
 // The residual add of a normed branch whose last op is a GEMV, in that GEMV's launch: f = x · Wᵀ (T ≤ 8 rows of

@@ -290,8 +290,7 @@ ModelSource random_model_in_memory(const json& config, const std::string& label,
   for (const ExpectedTensor& e : expected) {
     std::string spec;
     const Tensor t = random_tensor(e, seed);
-    for (auto& [name, part] : type == QuantType::None ? std::vector<NamedTensor>{{e.name, t}}
-                                                      : quantize_for_policy(e.name, t, type, group, ctx, tied, spec))
+    for (auto& [name, part] : quantize_for_policy(e.name, t, type, group, ctx, tied, spec))
       tensors.emplace(name, ops::to_device(part, device));
     if (!spec.empty()) specs[e.name] = spec;
   }

@@ -25,7 +25,8 @@ class Weights {
   const std::shared_ptr<const TensorStore>& store_ptr() const { return store_; }
   bool has(const std::string& name) const { return store_->has(name); }
   std::vector<std::string> names() const { return store_->names(); }
-  // Host views (mmap) for what is only read at load time (sizes, orderings, scalars).
+  // On the host (mmap views, or copies of a store held on a device) for what is only read at load time
+  // (orderings, scalars).
   Tensor host(const std::string& name) const;
   Tensor host(const std::string& name, const Shape& shape) const;
   // On the device, checked against the shape config.json implies (see TensorStore::require).

@@ -96,6 +96,9 @@ class Backend {
   // ("name ×count"); take_profile() waits for the device, returns the table and clears it.
   virtual void set_profiling(bool on) {}
   virtual std::vector<std::pair<std::string, double>> take_profile() { return {}; }
+  // Work counted while profiling, by name ("distinct experts": the experts each matmul_experts was routed to,
+  // each counted once per call); take_counts() waits for the device, returns the counts and clears them.
+  virtual std::vector<std::pair<std::string, int64_t>> take_counts() { return {}; }
   // Best of `reps` runs over arrays of `bytes`. By default device-to-device copies, whose rate (read + write) is
   // also taken as the read rate.
   virtual MemoryBandwidth measure_bandwidth(size_t bytes, int reps);
@@ -113,6 +116,7 @@ class Backend {
   // out[i, :] = table[ids[i], :] * scale, as F32 (quantized tables are dequantized row by row). ids I32 [n].
   virtual void embedding(const Linear& table, const Tensor& ids, float scale, const Tensor& out) = 0;
   // Over the last dimension: y = x * (mean(x²) + eps)^(-1/2) * (w or 1). x may be [.., D] with any leading dims.
+  // x and y are contiguous, or 2-D rows of unit stride at any row stride (columns of a wider tensor).
   virtual void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) = 0;
   // In place on x [T, H, D]: rotate pairs by angle pos[t] * inv_freq[i], i < inv_freq.numel().
   // neox: pairs (i, i + D/2) over the whole head; interleaved: pairs (2i, 2i+1) over the first 2·n dims.
@@ -198,7 +202,8 @@ class Backend {
   virtual void mul(const Tensor& a, const Tensor& b, const Tensor& y) = 0;
   virtual void scale(const Tensor& a, float s, const Tensor& y) = 0;
   virtual void unary(Unary op, const Tensor& a, const Tensor& y) = 0;
-  // y = act(g) * u
+  // y = act(g) * u, y contiguous. g and u are contiguous or 2-D with rows of unit stride, any row stride (the two
+  // halves of a fused gate/up product, read where they are).
   virtual void gated(Unary act, const Tensor& g, const Tensor& u, const Tensor& y) = 0;
   virtual void softcap(const Tensor& a, float cap, const Tensor& y) = 0;  // cap * tanh(a / cap)
   virtual void softmax(const Tensor& a, const Tensor& y) = 0;            // over the last dim
@@ -207,8 +212,8 @@ class Backend {
   virtual void topk(const Tensor& a, int k, const Tensor& values, const Tensor& indices) = 0;
   // Mixture-of-experts matmul: y[r, :] = x[r / (R / X), :] · W[experts[r]]ᵀ for r < R = experts.numel(), where W is
   // a stacked [E, N, K] Linear and x has X rows (X = R: one input row per output row; X = R / k: each input row
-  // feeds k consecutive output rows). The routing stays on the device; rows going to the same expert share its
-  // weight read.
+  // feeds k consecutive output rows). The routing stays on the device; the CPU backend groups the rows going to the
+  // same expert so that they share its weight read.
   virtual void matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y) = 0;
   // out[t, :] = Σ_j weights[t, j] · rows[t·k + j, :] for rows [T·k, D], weights F32 [T, k].
   virtual void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) = 0;

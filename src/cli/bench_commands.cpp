@@ -260,12 +260,42 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
       return seconds_since(t0);
     });
   };
+  // The distinct routed experts of a forward over the same n tokens, summed over its matmul_experts calls
+  // (mixture-of-experts models on a device that counts them; 0 otherwise): one op-by-op forward from the
+  // prefilled state.
+  auto distinct_experts = [&](int n) -> int64_t {
+    if (dev.is_cpu()) return 0;
+    auto toks = random_tokens(n, V, 99 + n);
+    auto cst = lm->new_state();
+    cst->restore(snap);
+    Backend& be = backend_for(dev);
+    be.take_counts();  // what earlier profiled forwards counted
+    be.set_profiling(true);
+    lm->forward(*cst, toks, n);
+    be.set_profiling(false);
+    be.take_profile();
+    int64_t distinct = 0;
+    for (const auto& [name, count] : be.take_counts())
+      if (name == "distinct experts") distinct = count;
+    return distinct;
+  };
   const double t1 = step_time(1);
   if (!o.no_verify) {
-    std::printf("verify forward over K+1 tokens (all K+1 logits) vs one decode step (%.2f ms):\n", 1e3 * t1);
+    const int64_t experts1 = distinct_experts(1);
+    std::printf("verify forward over K+1 tokens (all K+1 logits) vs one decode step (%.2f ms", 1e3 * t1);
+    if (experts1) std::printf(", %lld distinct experts", static_cast<long long>(experts1));
+    std::printf("):\n");
     for (int K = 1; K <= o.max_verify; K++) {
       double tk = step_time(K + 1);
-      std::printf("  K=%d  %.2f ms  ratio %.2f\n", K, 1e3 * tk, tk / t1);
+      std::printf("  K=%d  %.2f ms  ratio %.2f", K, 1e3 * tk, tk / t1);
+      // What a verification costs against the experts its K+1 tokens touch (each token's routed rows are read
+      // on their own, so the cost follows the routed rows, (K+1)·k, more than the distinct experts).
+      if (experts1) {
+        const int64_t experts = distinct_experts(K + 1);
+        std::printf("  distinct experts %lld (%.2f of one step's)", static_cast<long long>(experts),
+                    static_cast<double>(experts) / static_cast<double>(experts1));
+      }
+      std::printf("\n");
     }
   }
 

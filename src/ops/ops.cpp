@@ -111,10 +111,15 @@ Tensor embedding(const Tensor& table, const Tensor& ids_, float scale) {
   return embedding(l, ids_, scale);
 }
 Tensor rms_norm(const Tensor& x, const Tensor& w, float eps) {
-  Tensor xc = contiguous(x);
   Tensor y = empty_like(x, x.shape());
-  backend_of_all("rms_norm", x, w).rms_norm(xc, w.defined() ? &w : nullptr, eps, y);
+  rms_norm_into(x, w, eps, y);
   return y;
+}
+void rms_norm_into(const Tensor& x, const Tensor& w, float eps, const Tensor& y) {
+  VATIC_CHECK(x.shape() == y.shape() && (y.is_contiguous() || (y.ndim() == 2 && y.stride(1) == 1)),
+              "rms_norm: {} into {}", x.describe(), y.describe());
+  const Tensor xr = x.is_contiguous() || (x.ndim() == 2 && x.stride(1) == 1) ? x : contiguous(x);
+  backend_of_all("rms_norm", x, w, y).rms_norm(xr, w.defined() ? &w : nullptr, eps, y);
 }
 Tensor add_rms_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s) {
   VATIC_CHECK(x.shape() == f.shape(), "add_rms_norm: {} and {}", x.describe(), f.describe());
@@ -216,7 +221,9 @@ Tensor unary(Unary op, const Tensor& a) {
 }
 Tensor gated(Unary act, const Tensor& g, const Tensor& u) {
   Tensor y = empty_like(g, g.shape());
-  backend_of_all("gated", g, u).gated(act, contiguous(g), contiguous(u), y);
+  // Rows of a wider tensor (a fused gate/up product's halves) are read in place.
+  auto rows = [](const Tensor& t) { return t.ndim() == 2 && t.stride(1) == 1 ? t : contiguous(t); };
+  backend_of_all("gated", g, u).gated(act, rows(g), rows(u), y);
   return y;
 }
 Tensor matmul_gated(const Tensor& x, const Linear& gate, const Linear& up, Unary act) {
@@ -292,9 +299,15 @@ void forget_positions(const Tensor& slot_pos, int64_t n) {
 
 Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts) {
   Tensor y = empty_like(x, {experts.numel(), w.out_features()});
-  backend_of_all("matmul_experts", x, w.weight, w.scales, w.biases, experts)
-      .matmul_experts(contiguous(x), w, contiguous(experts), y);
+  matmul_experts_into(x, w, experts, y);
   return y;
+}
+void matmul_experts_into(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y) {
+  VATIC_CHECK(y.ndim() == 2 && y.stride(1) == 1, "matmul_experts: output {} is not rows of unit stride",
+              y.describe());
+  const Tensor xr = x.ndim() == 2 && x.stride(1) == 1 ? x : contiguous(x);
+  backend_of_all("matmul_experts", x, w.weight, w.scales, w.biases, experts, y)
+      .matmul_experts(xr, w, contiguous(experts), y);
 }
 Tensor combine_rows(const Tensor& rows, const Tensor& weights) {
   Tensor out = empty_like(rows, {weights.dim(0), rows.dim(1)});

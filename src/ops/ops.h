@@ -31,6 +31,8 @@ Tensor embedding(const Linear& table, const Tensor& ids, float scale = 1.0f);
 Tensor embedding(const Tensor& table, const Tensor& ids, float scale = 1.0f);
 // Over the last dim; w may be undefined for the weight-less variant.
 Tensor rms_norm(const Tensor& x, const Tensor& w, float eps);
+// The same into y of x's shape; x and y may be rows of unit stride in wider tensors (read and written in place).
+void rms_norm_into(const Tensor& x, const Tensor& w, float eps, const Tensor& y);
 // (x + rms_norm(f, w)) · s: a residual add of a normed branch (see Backend::add_rms_norm).
 Tensor add_rms_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s = 1.0f);
 // {add_rms_norm(x, f, w, eps, s), rms_norm of that with w_next}: a residual add and the next block's input norm.
@@ -77,7 +79,10 @@ void topk(const Tensor& a, int k, Tensor* values, Tensor* indices);
 // Each row's argmax (ties to the lower index, as topk), taken where the rows are; only the ids come to the host.
 std::vector<int32_t> argmax_rows(const Tensor& a);
 // Mixture of experts (see Backend::matmul_experts / combine_rows / route).
+// x may be rows of unit stride at any row stride (columns of a wider tensor), read in place.
 Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts);  // [experts.numel(), N]
+// The same into y [experts.numel(), N], whose rows may also lie in a wider tensor (rows of unit stride).
+void matmul_experts_into(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y);
 Tensor combine_rows(const Tensor& rows, const Tensor& weights);                 // [T, D]
 void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts);
 Tensor gather_rows(const Tensor& table, const Tensor& ids);  // [ids.numel(), C] of the table's dtype (I32, F32)

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <random>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -304,6 +305,17 @@ TEST(DeviceOps, NormsRopeElementwise) {
         expect_close(got, want, 2e-6, "rms_norm");
       }
     }
+    {
+      // Rows in wider tensors, read and written in place (GLM norms the latent part of a cache entry).
+      Tensor x = random_host({5, 70}), w = random_host({40});
+      Tensor want = Tensor::empty({5, 100}, DType::F32), plain = Tensor::empty({5, 40}, DType::F32);
+      cpu.rms_norm(x.slice(1, 10, 50), &w, 1e-6f, want.slice(1, 20, 60));
+      cpu.rms_norm(ops::contiguous(x.slice(1, 10, 50)), &w, 1e-6f, plain);
+      expect_close(ops::contiguous(want.slice(1, 20, 60)), plain, 0, "rms_norm of rows in place on the CPU");
+      Tensor got = on(dev, Tensor::empty({5, 100}, DType::F32)), dw = on(dev, w);  // zeros around the rows stay
+      be.rms_norm(on(dev, x).slice(1, 10, 50), &dw, 1e-6f, got.slice(1, 20, 60));
+      expect_close(got, want, 2e-6, "rms_norm of rows in place");
+    }
     for (bool interleaved : {false, true}) {
       // A strided slice of the head dim, as GLM ropes the last 64 of 192 dims in place.
       Tensor x = random_host({5, 3, 40});
@@ -332,6 +344,17 @@ TEST(DeviceOps, NormsRopeElementwise) {
     for (Unary op : {Unary::GeluTanh, Unary::Silu, Unary::Sigmoid, Unary::Tanh, Unary::Exp}) {
       check2("unary", [&](Backend& k, const Tensor& x, const Tensor& y, bool) { k.unary(op, x, y); });
       check2("gated", [&](Backend& k, const Tensor& x, const Tensor& y, bool d) { k.gated(op, x, d ? on(dev, b2) : b2, y); });
+      // The two halves of a fused gate/up product, read in place (rows of unit stride, row stride 70), against the
+      // same values made contiguous on the CPU.
+      Tensor gu = random_host({6, 70});
+      Tensor want = Tensor::empty({6, 35}, DType::F32), got = be.empty({6, 35}, DType::F32);
+      cpu.gated(op, ops::contiguous(gu.slice(1, 0, 35)), ops::contiguous(gu.slice(1, 35, 70)), want);
+      Tensor dgu = on(dev, gu);
+      be.gated(op, dgu.slice(1, 0, 35), dgu.slice(1, 35, 70), got);
+      expect_close(got, want, 2e-6, "gated halves");
+      Tensor cpu_halves = Tensor::empty({6, 35}, DType::F32);
+      cpu.gated(op, gu.slice(1, 0, 35), gu.slice(1, 35, 70), cpu_halves);
+      expect_close(cpu_halves, want, 0, "gated halves on the CPU");
     }
     // Top-k with ties (lower index first) over rows as wide as a vocabulary.
     for (int64_t N : {5, 128, 130, 2048, 4096, 4097, 20000, 262144})
@@ -730,29 +753,75 @@ TEST(DeviceOps, MixtureOfExperts) {
         backend_for(dev).combine_rows(got, on(dev, wts), cg);
         expect_close(cg, cw, 2e-5, "combine_rows");
       }
-    for (int kind : {0, 1}) {
-      const int64_t T = 9, E = 64;
-      Tensor a = random_host({T, E}, DType::F32, 2.0f);
-      for (int64_t i = 0; i < T * E; i += 7) a.data<float>()[i] = 0.5f;  // ties
-      Tensor bias = random_host({E}, DType::F32, 0.1f), es = random_host({E});
-      RouteParams p;
-      p.kind = kind ? RouteParams::Sigmoid : RouteParams::Softmax;
-      p.k = 6;
-      p.scale = 1.8f;
-      p.groups = kind ? 8 : 1;
-      p.groups_kept = kind ? 3 : 1;
-      if (kind) p.bias = &bias; else p.expert_scale = &es;
-      Tensor ww = Tensor::empty({T, 6}, DType::F32), we = Tensor::empty({T, 6}, DType::I32);
-      cpu_backend().route(a, p, ww, we);
-      Tensor dbias = on(dev, bias), des = on(dev, es);
-      RouteParams dp = p;
-      dp.bias = p.bias ? &dbias : nullptr;
-      dp.expert_scale = p.expert_scale ? &des : nullptr;
-      Tensor gw = backend_for(dev).empty({T, 6}, DType::F32), ge = backend_for(dev).empty({T, 6}, DType::I32);
-      backend_for(dev).route(on(dev, a), dp, gw, ge);
-      expect_close(ge, we, 0, "route experts");
-      expect_close(gw, ww, 2e-6, "route weights");
-    }
+    for (int kind : {0, 1})
+      for (int64_t E : {64, 1000}) {  // one-pass ranking, and k rounds for routers of more than 512 experts
+        SCOPED_TRACE(fmt::format("route kind {} E {}", kind, E));
+        const int64_t T = 9;
+        Tensor a = random_host({T, E}, DType::F32, 2.0f);
+        for (int64_t i = 0; i < T * E; i += 7) a.data<float>()[i] = 0.5f;  // ties
+        Tensor bias = random_host({E}, DType::F32, 0.1f), es = random_host({E});
+        RouteParams p;
+        p.kind = kind ? RouteParams::Sigmoid : RouteParams::Softmax;
+        p.k = 6;
+        p.scale = 1.8f;
+        p.groups = kind ? 8 : 1;
+        p.groups_kept = kind ? 3 : 1;
+        if (kind) p.bias = &bias; else p.expert_scale = &es;
+        Tensor ww = Tensor::empty({T, 6}, DType::F32), we = Tensor::empty({T, 6}, DType::I32);
+        cpu_backend().route(a, p, ww, we);
+        Tensor dbias = on(dev, bias), des = on(dev, es);
+        RouteParams dp = p;
+        dp.bias = p.bias ? &dbias : nullptr;
+        dp.expert_scale = p.expert_scale ? &des : nullptr;
+        Tensor gw = backend_for(dev).empty({T, 6}, DType::F32), ge = backend_for(dev).empty({T, 6}, DType::I32);
+        backend_for(dev).route(on(dev, a), dp, gw, ge);
+        expect_close(ge, we, 0, "route experts");
+        expect_close(gw, ww, 2e-6, "route weights");
+      }
+  });
+}
+
+TEST(DeviceOps, MatmulExpertsRowsKeepTheirBitsAmongOthers) {
+  // A verification routes several tokens at once, often to the same experts: each token's rows must have the bits
+  // they get when it is the only input (as decoding it alone computes them), and the device counts each expert
+  // of a call once while profiling.
+  FOR_EACH_DEVICE([](Device dev) {
+    for (int bits : {0, 8, 4})
+      for (int64_t per : {1, 2, 4}) {
+        SCOPED_TRACE(fmt::format("bits {} per {}", bits, per));
+        const int64_t X = 19, E = per + 1, N = 41, K = 256;  // more than 8 rows for each expert
+        MoeCase c = moe_case(X, per, E, N, K, bits);
+        if (per > 1)  // one input row's experts are distinct, as routing makes them
+          for (int64_t i = 0; i < X; i++)
+            for (int64_t j = 0; j < per; j++)
+              c.experts.data<int32_t>()[i * per + j] = static_cast<int32_t>((i + j) % E);
+        const int64_t R = X * per;
+        Backend& be = backend_for(dev);
+        const Tensor dx = on(dev, c.x), dex = on(dev, c.experts);
+        const Linear dw = on(dev, c.w);
+        Tensor all = be.empty({R, N}, DType::F32);
+        be.take_counts();
+        be.set_profiling(true);
+        be.matmul_experts(dx, dw, dex, all);
+        be.set_profiling(false);
+        be.take_profile();
+        const auto counts = be.take_counts();
+        const std::set<int32_t> distinct(c.experts.data<int32_t>(), c.experts.data<int32_t>() + R);
+        ASSERT_EQ(counts.size(), 1u);
+        EXPECT_EQ(counts[0].first, "distinct experts");
+        EXPECT_EQ(counts[0].second, static_cast<int64_t>(distinct.size()));
+        const Tensor all_host = ops::to_host(all);
+        for (int64_t i = 0; i < X; i++) {
+          Tensor one = be.empty({per, N}, DType::F32);
+          be.matmul_experts(dx.slice(0, i, i + 1), dw, dex.slice(0, i * per, (i + 1) * per), one);
+          const Tensor h = ops::to_host(one);
+          for (int64_t k = 0; k < per * N; k++)
+            ASSERT_EQ(h.data<float>()[k], all_host.data<float>()[i * per * N + k]) << "input " << i << ", " << k;
+        }
+        Tensor want = Tensor::empty({R, N}, DType::F32);
+        cpu_backend().matmul_experts(c.x, c.w, c.experts, want);
+        expect_close(all, want, 2e-5, "matmul_experts");
+      }
   });
 }
 

@@ -362,14 +362,17 @@ class CpuBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
-    VATIC_CHECK(x.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32, "rms_norm expects contiguous F32");
+    auto rows = [](const Tensor& t) { return t.is_contiguous() || (t.ndim() == 2 && t.stride(1) == 1); };
+    VATIC_CHECK(rows(x) && rows(y) && x.dtype() == DType::F32 && x.numel() == y.numel() && x.dim(-1) == y.dim(-1),
+                "rms_norm expects F32 rows of unit stride, got {} -> {}", x.describe(), y.describe());
     const int64_t D = x.dim(-1), R = x.numel() / D;
+    const int64_t ldx = x.is_contiguous() ? D : x.stride(0), ldy = y.is_contiguous() ? D : y.stride(0);
     const float* wf = norm_weight(w, D);
     const float* X = x.data<float>();
     float* Y = y.data<float>();
     parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
-      const float* xr = X + r * D;
-      float* yr = Y + r * D;
+      const float* xr = X + r * ldx;
+      float* yr = Y + r * ldy;
       const double ss = kernels().sumsq(xr, D);  // f32 in the reference; double keeps our sum order from mattering
       float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
       int64_t i = 0;
@@ -741,8 +744,17 @@ class CpuBackend final : public Backend {
     parallel_for(n, n > kMinParallelElementwise, [&](int64_t i) { Y[i] = act(op, A[i]); });
   }
   void gated(Unary op, const Tensor& g, const Tensor& u, const Tensor& y) override {
-    VATIC_CHECK(g.numel() == u.numel() && g.is_contiguous() && u.is_contiguous(), "gated: {} and {}", g.describe(),
-                u.describe());
+    VATIC_CHECK(g.numel() == u.numel() && y.is_contiguous(), "gated: {} and {}", g.describe(), u.describe());
+    if (!g.is_contiguous() || !u.is_contiguous()) {  // rows of wider tensors: made contiguous first
+      Tensor gc = g, uc = u;
+      for (Tensor* t : {&gc, &uc})
+        if (!t->is_contiguous()) {
+          Tensor c = Tensor::empty(t->shape(), DType::F32);
+          copy(*t, c);
+          *t = c;
+        }
+      return gated(op, gc, uc, y);
+    }
     const float* G = g.data<float>();
     const float* U = u.data<float>();
     float* Y = y.data<float>();

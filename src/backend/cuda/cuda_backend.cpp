@@ -268,6 +268,8 @@ class CudaBackend final : public Backend {
     const size_t counters = sizeof(unsigned) * cuda::kAttentionCounters;
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&counter_dev_), counters), "cudaMalloc");
     CUDA_OK(cudaMemset(counter_dev_, 0, counters), "cudaMemset");
+    CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&distinct_experts_dev_), sizeof(unsigned long long)), "cudaMalloc");
+    CUDA_OK(cudaMemset(distinct_experts_dev_, 0, sizeof(unsigned long long)), "cudaMemset");
   }
 
   Device device() const override { return device_; }
@@ -286,6 +288,16 @@ class CudaBackend final : public Backend {
     check_flags();
   }
   void set_profiling(bool on) override { profiling_ = on; }
+  std::vector<std::pair<std::string, int64_t>> take_counts() override {
+    bind();
+    unsigned long long distinct = 0;
+    CUDA_OK(cudaMemcpyAsync(&distinct, distinct_experts_dev_, sizeof(distinct), cudaMemcpyDeviceToHost, stream_),
+            "cudaMemcpyAsync");
+    CUDA_OK(cudaMemsetAsync(distinct_experts_dev_, 0, sizeof(distinct), stream_), "cudaMemsetAsync");
+    CUDA_OK(cudaStreamSynchronize(stream_), "cudaStreamSynchronize");
+    if (!distinct) return {};
+    return {{"distinct experts", static_cast<int64_t>(distinct)}};
+  }
   std::vector<std::pair<std::string, double>> take_profile() override {
     bind();
     CUDA_OK(cudaStreamSynchronize(stream_), "profile");
@@ -478,11 +490,15 @@ class CudaBackend final : public Backend {
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
     Timed timed_(*this, "rms_norm");
-    VATIC_CHECK(x.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32, "rms_norm expects contiguous F32");
+    auto rows = [](const Tensor& t) { return t.is_contiguous() || (t.ndim() == 2 && t.stride(1) == 1); };
+    VATIC_CHECK(rows(x) && rows(y) && x.dtype() == DType::F32 && x.numel() == y.numel() && x.dim(-1) == y.dim(-1),
+                "rms_norm expects F32 rows of unit stride, got {} -> {}", x.describe(), y.describe());
     const int64_t D = x.dim(-1), R = x.numel() / std::max<int64_t>(D, 1);
+    auto ld = [&](const Tensor& t) { return t.is_contiguous() ? D : t.stride(0); };
     bind();
     const Tensor wf = norm_weight(w, D, "rms_norm");
-    cuda::rms_norm(x.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, y.data<float>(), stream_);
+    cuda::rms_norm(x.data<float>(), ld(x), w ? wf.data<float>() : nullptr, R, D, eps, y.data<float>(), ld(y),
+                   stream_);
     check_launch("rms_norm");
   }
 
@@ -767,10 +783,16 @@ class CudaBackend final : public Backend {
   }
   void gated(Unary op, const Tensor& g, const Tensor& u, const Tensor& y) override {
     Timed timed_(*this, "gated");
-    VATIC_CHECK(g.numel() == u.numel() && g.is_contiguous() && u.is_contiguous(), "gated: {} and {}", g.describe(),
-                u.describe());
+    // Contiguous, or rows of unit stride: one row of numel() elements, or rows of dim(1) at their row strides.
+    auto rows_of = [](const Tensor& t) { return t.is_contiguous() ? t.numel() : t.dim(1); };
+    auto row_stride = [&](const Tensor& t) { return t.is_contiguous() ? rows_of(t) : t.stride(0); };
+    VATIC_CHECK(g.numel() == u.numel() && y.is_contiguous() && g.dtype() == DType::F32 && u.dtype() == DType::F32 &&
+                    (g.is_contiguous() || (g.ndim() == 2 && g.stride(1) == 1)) &&
+                    (u.is_contiguous() || (u.ndim() == 2 && u.stride(1) == 1)) && rows_of(g) == rows_of(u),
+                "gated: {} and {}", g.describe(), u.describe());
     bind();
-    cuda::gated(static_cast<int>(op), g.data<float>(), u.data<float>(), g.numel(), y.data<float>(), stream_);
+    cuda::gated(static_cast<int>(op), g.data<float>(), row_stride(g), u.data<float>(), row_stride(u), rows_of(g),
+                g.numel(), y.data<float>(), stream_);
     check_launch("gated");
   }
   void softcap(const Tensor& a, float cap, const Tensor& y) override {
@@ -823,7 +845,8 @@ class CudaBackend final : public Backend {
     bind();
     if (R == 0 || N == 0) return;
     cuda::gemv_experts(x.data<float>(), x.stride(0), R / X, experts.data<int32_t>(), R, weight(w), N, K,
-                       y.data<float>(), y.stride(0), stream_);
+                       y.data<float>(), y.stride(0), profiling_ && !recording_ ? distinct_experts_dev_ : nullptr,
+                       stream_);
     check_launch("matmul_experts");
   }
 
@@ -1097,6 +1120,7 @@ class CudaBackend final : public Backend {
   int* flag_host_ = nullptr;
   int* flag_dev_ = nullptr;
   unsigned* counter_dev_ = nullptr;
+  unsigned long long* distinct_experts_dev_ = nullptr;  // counted while profiling (take_counts)
   bool profiling_ = false;
   bool recording_ = false;
   int next_graph_ = 0;

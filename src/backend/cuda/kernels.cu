@@ -248,8 +248,9 @@ int64_t numel(const View& v) {
 // ---------------------------------------------------------------- matmul
 
 // Σ_k x[k] · W[n, k] for one weight row, by one warp; T rows of x at once.
-// Lanes of `parts` warps share one row: this warp is part `part` of them.
-template <int T>
+// Lanes of `parts` warps share one row: this warp is part `part` of them. A caller that knows the weights are not
+// quantized leaves that code out (Quantized = false: fewer registers, more warps resident).
+template <int T, bool Quantized = true>
 __device__ __forceinline__ void row_dot(const float* x, int64_t ldx, int rows, const Weight& w, const void* wrow,
                                         const void* srow, const void* brow, int64_t K, float (&acc)[T], int part,
                                         int parts) {
@@ -291,6 +292,7 @@ __device__ __forceinline__ void row_dot(const float* x, int64_t ldx, int rows, c
     }
     return;
   }
+  if constexpr (!Quantized) return;
   // Group-wise affine quantized: word c holds 32/bits values of inputs c·per ..; one scale/bias per group.
   const int per = 32 / w.bits;
   const uint32_t mask = (1u << w.bits) - 1u;
@@ -899,16 +901,26 @@ __global__ void split_bf16x3_kernel(const float* x, int64_t ldx, int64_t T, int6
   }
 }
 
+// One routed row per block row (blockIdx.y), one output row per warp. Each row reads its expert's weights for
+// itself, also where rows of several inputs (a verification's tokens) share an expert: a version that computed
+// them all from one read was slower on the H200 (docs/gpu.md). `distinct` (or null) counts the experts of the
+// launch, each once.
+template <bool Quantized>
 __global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, const int32_t* experts, Weight w,
-                                    int64_t N, int64_t K, float* y, int64_t ldy) {
+                                    int64_t N, int64_t K, float* y, int64_t ldy, unsigned long long* distinct) {
   pdl_begin();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   const int64_t r = blockIdx.y;
+  if (distinct && blockIdx.x == 0 && threadIdx.x == 0) {
+    bool first = true;
+    for (int64_t i = 0; i < r && first; i++) first = experts[i] != experts[r];
+    if (first) atomicAdd(distinct, 1ull);
+  }
   if (n >= N) return;
   const int64_t e = experts[r];
   float acc[1];
-  row_dot<1>(x + (r / per) * ldx, ldx, 1, w, weight_row(w, e, n), scale_row(w, w.scales, e, n),
-             scale_row(w, w.biases, e, n), K, acc, 0, 1);
+  row_dot<1, Quantized>(x + (r / per) * ldx, ldx, 1, w, weight_row(w, e, n), scale_row(w, w.scales, e, n),
+                        scale_row(w, w.biases, e, n), K, acc, 0, 1);
   const float v = warp_sum(acc[0]);
   if ((threadIdx.x & 31) == 0) y[r * ldy + n] = v;
 }
@@ -992,11 +1004,12 @@ __device__ __forceinline__ int64_t kv_slot(int32_t p, int64_t C, bool ring, int*
   return ring ? p % C : p;
 }
 
-__global__ void rms_norm_kernel(const float* x, const float* w, int64_t D, float eps, float* y) {
+__global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* w, int64_t D, float eps, float* y,
+                                int64_t ldy) {
   pdl_begin();
   __shared__ float scratch[32];
-  const float* xr = x + blockIdx.x * D;
-  normed_row(xr, inv_rms(xr, D, eps, scratch), w, D, y + blockIdx.x * D);
+  const float* xr = x + blockIdx.x * ldx;
+  normed_row(xr, inv_rms(xr, D, eps, scratch), w, D, y + blockIdx.x * ldy);
 }
 
 // One row of a residual norm per block of kNormThreads (see residual_norm_row).
@@ -1594,11 +1607,14 @@ __global__ void unary_kernel(int op, const float* a, int64_t n, float* y) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = activate(op, a[i]);
 }
-__global__ void gated_kernel(int op, const float* g, const float* u, int64_t n, float* y) {
+__global__ void gated_kernel(int op, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t cols,
+                             int64_t n, float* y) {
   pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
-    y[i] = activate(op, g[i]) * u[i];
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    const int64_t r = i / cols, c = i - r * cols;
+    y[i] = activate(op, g[r * ldg + c]) * u[r * ldu + c];
+  }
 }
 __global__ void softcap_kernel(const float* a, float cap, int64_t n, float* y) {
   pdl_begin();
@@ -1798,6 +1814,7 @@ __global__ void combine_rows_kernel(const float* rows, const float* weights, int
   }
 }
 
+constexpr int64_t kRouteRankExperts = 512;  // routers up to this many experts rank them in one pass
 __global__ void route_kernel(RouteArgs a) {
   pdl_begin();
   extern __shared__ float sh[];
@@ -1855,24 +1872,38 @@ __global__ void route_kernel(RouteArgs a) {
     }
     __syncthreads();
   }
-  float pv = INFINITY;
-  int pi = -1;
-  for (int j = 0; j < a.k; j++) {
-    float bv = -INFINITY;
-    int bi = -1;
+  if (a.E <= kRouteRankExperts) {
+    // Each expert counts the experts better than it (higher choice, or equal with a lower index; NaN below all)
+    // and takes the place that count gives it: the k best in order, in one pass over shared memory.
+    auto key = [](float v) { return isnan(v) ? -INFINITY : v; };
     for (int e = threadIdx.x; e < a.E; e += blockDim.x) {
-      const float v = choice[e];
-      const bool after = v < pv || (v == pv && e > pi);
-      if (after && (bi < 0 || better(v, e, bv, bi))) {
-        bv = v;
-        bi = e;
-      }
+      const float v = key(choice[e]);
+      int ahead = 0;
+      for (int o = 0; o < a.E; o++) ahead += better(key(choice[o]), o, v, e);
+      if (ahead < a.k) chosen[ahead] = e;
     }
-    block_best(bv, bi, scratch, iscratch);
-    if (threadIdx.x == 0) chosen[j] = bi;
-    pv = bv;
-    pi = bi;
+  } else {
+    // k rounds, each taking the best expert after the one before (in the same order).
+    float pv = INFINITY;
+    int pi = -1;
+    for (int j = 0; j < a.k; j++) {
+      float bv = -INFINITY;
+      int bi = -1;
+      for (int e = threadIdx.x; e < a.E; e += blockDim.x) {
+        const float v = choice[e];
+        const bool after = v < pv || (v == pv && e > pi);
+        if (after && (bi < 0 || better(v, e, bv, bi))) {
+          bv = v;
+          bi = e;
+        }
+      }
+      block_best(bv, bi, scratch, iscratch);
+      if (threadIdx.x == 0) chosen[j] = bi;
+      pv = bv;
+      pi = bi;
+    }
   }
+  __syncthreads();
   if (threadIdx.x == 0) {
     float sum = 0.0f;
     for (int j = 0; j < a.k; j++) sum += prob[chosen[j]];
@@ -2071,14 +2102,15 @@ bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, c
 }
 
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
-                  int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s) {
+                  int64_t N, int64_t K, float* y, int64_t ldy, unsigned long long* distinct, cudaStream_t s) {
+  auto kernel = w.bits ? gemv_experts_kernel<true> : gemv_experts_kernel<false>;
   const int64_t chunk = (65535 / per) * per;  // whole input rows per launch (grid.y is at most 65535)
   for (int64_t r0 = 0; r0 < R; r0 += chunk) {
     const int64_t r1 = R - r0 < chunk ? R : r0 + chunk;
     dim3 grid(static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(r1 - r0));
     // Rows r0.. read x rows (r0 + i) / per: shift x by whole input rows only when r0 is a multiple of per.
-    launch(gemv_experts_kernel, grid, 32 * kRowsPerBlock, 0, s, x + (r0 / per) * ldx, ldx, per, experts + r0, w, N, K,
-                                                            y + r0 * ldy, ldy);
+    launch(kernel, grid, 32 * kRowsPerBlock, 0, s, x + (r0 / per) * ldx, ldx, per, experts + r0, w, N, K,
+           y + r0 * ldy, ldy, distinct);
   }
 }
 
@@ -2097,9 +2129,10 @@ void embedding(const Weight& table, int64_t V, int64_t D, const int32_t* ids, in
   launch(embedding_kernel, static_cast<unsigned>(n), kThreads, 0, s, table, V, D, ids, scale, out, ldo, bad_id);
 }
 
-void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps, float* y, cudaStream_t s) {
+void rms_norm(const float* x, int64_t ldx, const float* w, int64_t rows, int64_t D, float eps, float* y, int64_t ldy,
+              cudaStream_t s) {
   if (rows == 0) return;
-  launch(rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, w, D, eps, y);
+  launch(rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, ldx, w, D, eps, y, ldy);
 }
 
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
@@ -2213,9 +2246,10 @@ void unary(int op, const float* a, int64_t n, float* y, cudaStream_t s) {
   if (n == 0) return;
   launch(unary_kernel, blocks_for(n), kThreads, 0, s, op, a, n, y);
 }
-void gated(int op, const float* g, const float* u, int64_t n, float* y, cudaStream_t s) {
+void gated(int op, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t cols, int64_t n, float* y,
+           cudaStream_t s) {
   if (n == 0) return;
-  launch(gated_kernel, blocks_for(n), kThreads, 0, s, op, g, u, n, y);
+  launch(gated_kernel, blocks_for(n), kThreads, 0, s, op, g, ldg, u, ldu, cols, n, y);
 }
 void softcap(const float* a, float cap, int64_t n, float* y, cudaStream_t s) {
   if (n == 0) return;

@@ -86,9 +86,10 @@ struct ResidualNorm {
 };
 bool gemv_residual_norm(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K,
                         const ResidualNorm& r, cudaStream_t s);
-// Routed rows: y[r, :] = x[r / per, :] · W[experts[r]]ᵀ for r < R.
+// Routed rows: y[r, :] = x[r / per, :] · W[experts[r]]ᵀ for r < R. `distinct` (device, or null) is increased by
+// the number of distinct experts among experts[0..R).
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
-                  int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s);
+                  int64_t N, int64_t K, float* y, int64_t ldy, unsigned long long* distinct, cudaStream_t s);
 // Rows [n0, n0 + n) of W (expert 0) dequantized / converted to F32 [n, K] (row stride K).
 // x [T, K] (row stride ldx) as three bf16 planes [3][T, K] (out, 6·T·K bytes) whose sum is x exactly: the
 // prefill GEMM of bf16 weights runs on tensor cores as three bf16 GEMMs with exact products.
@@ -99,7 +100,8 @@ void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* o
 // sets bad_id[0] = 1 and bad_id[1] to the id.
 void embedding(const Weight& table, int64_t V, int64_t D, const int32_t* ids, int64_t n, float scale, float* out,
                int64_t ldo, int* bad_id, cudaStream_t s);
-void rms_norm(const float* x, const float* w, int64_t rows, int64_t D, float eps, float* y, cudaStream_t s);
+void rms_norm(const float* x, int64_t ldx, const float* w, int64_t rows, int64_t D, float eps, float* y, int64_t ldy,
+              cudaStream_t s);
 // y = (x + rms_norm(f)·w) · scale over rows of D.
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
                   float* y, cudaStream_t s);
@@ -164,7 +166,9 @@ void binary(Elementwise op, const float* a, const float* b, int64_t n, int64_t m
 void scale(const float* a, float v, int64_t n, float* y, cudaStream_t s);
 // op: the values of vatic::Unary.
 void unary(int op, const float* a, int64_t n, float* y, cudaStream_t s);
-void gated(int op, const float* g, const float* u, int64_t n, float* y, cudaStream_t s);
+// y[i] = act(g) · u over n elements in rows of `cols`: row r of g at g + r·ldg, of u at u + r·ldu, of y at y + r·cols.
+void gated(int op, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t cols, int64_t n, float* y,
+           cudaStream_t s);
 void softcap(const float* a, float cap, int64_t n, float* y, cudaStream_t s);
 void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s);
 // Rows of up to kRankTopkMax columns take one pass for any k (each element's rank counted in shared memory); longer

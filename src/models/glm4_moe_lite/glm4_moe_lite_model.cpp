@@ -151,15 +151,16 @@ Tensor Glm4MoeLiteModel::attention(const Glm4MlaWeights& a, const Tensor& x, con
   // The cache entry of each token: [normed latent c | roped shared key].
   Tensor ckv = ops::matmul(x, a.kv_a);  // [T, kvl + rope]
   Tensor entry = ops::empty_like(ckv, {T, 1, kvl + rope});
-  ops::copy_into(ops::rms_norm(ckv.slice(1, 0, kvl), a.kv_a_norm, kLoraNormEps), entry.select(1, 0).slice(1, 0, kvl));
+  ops::rms_norm_into(ckv.slice(1, 0, kvl), a.kv_a_norm, kLoraNormEps, entry.select(1, 0).slice(1, 0, kvl));
   ops::copy_into(ckv.slice(1, kvl, kvl + rope), entry.select(1, 0).slice(1, kvl, kvl + rope));
   ops::rope_inplace(entry.slice(2, kvl, kvl + rope), rope_pos, inv_freq_, il);
   cache.append(entry, ops::empty_like(ckv, {T, 1, 0}), slot_pos);
 
   // Absorbed queries [T, nh, kvl + rope]: W_UK[h]ᵀ q_nope_h beside q_rot_h, every head in one call.
+  // q_nope is read from q and the product written into qa where it belongs (rows of a wider tensor).
   Tensor qa = ops::empty_like(q, {T, nh, kvl + rope});
-  Tensor q_nope = ops::contiguous(q.slice(2, 0, nope)).reshape({T * nh, nope});
-  ops::copy_into(ops::matmul_experts(q_nope, a.uk_t, head_ids(T)).reshape({T, nh, kvl}), qa.slice(2, 0, kvl));
+  ops::matmul_experts_into(q.reshape({T * nh, dqk}).slice(1, 0, nope), a.uk_t, head_ids(T),
+                           qa.reshape({T * nh, kvl + rope}).slice(1, 0, kvl));
   ops::copy_into(q.slice(2, nope, dqk), qa.slice(2, kvl, kvl + rope));
   Tensor keys = cache.keys();  // [S, 1, kvl + rope]
   AttentionParams ap;

@@ -141,6 +141,13 @@ class Backend {
   virtual void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) {
     for (size_t i = 0; i < ws.size(); i++) matmul(x, *ws[i], ys[i], false);
   }
+  // A pre-norm residual step: y = x + f and n = rms_norm(y)·w (w may be null), one op so that an accelerator reads
+  // the row once; the default runs add and rms_norm (n has their bits either way).
+  virtual void add_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, const Tensor& y,
+                        const Tensor& n) {
+    add(x, f, y);
+    rms_norm(y, w, eps, n);
+  }
   // add_rms_norm, then the norm the next block applies to its result: n = rms_norm(y)·w_next (w_next may be null).
   // One op so that the residual row is read once for both; the default runs the two.
   virtual void add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float s,

@@ -136,6 +136,13 @@ ResidualAndNorm add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor
                          w_next.defined() ? &w_next : nullptr, r.normed);
   return r;
 }
+ResidualAndNorm add_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps) {
+  VATIC_CHECK(x.shape() == f.shape(), "add_norm: {} and {}", x.describe(), f.describe());
+  ResidualAndNorm r{empty_like(x, x.shape()), empty_like(x, x.shape())};
+  backend_of_all("add_norm", x, f, w)
+      .add_norm(contiguous(x), contiguous(f), w.defined() ? &w : nullptr, eps, r.residual, r.normed);
+  return r;
+}
 namespace {
 void check_projection(const char* op, const Tensor& a, const Linear& w_out, const Tensor& x) {
   VATIC_CHECK(a.ndim() == 2 && x.ndim() == 2 && a.dim(0) == x.dim(0) && w_out.in_features() == a.dim(1) &&

@@ -41,6 +41,8 @@ struct ResidualAndNorm {
 };
 ResidualAndNorm add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s,
                                   const Tensor& w_next);
+// {x + f, rms_norm(x + f, w)}: a pre-norm block's residual add and the next block's input norm (Backend::add_norm).
+ResidualAndNorm add_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps);
 // add_rms_norm(x, matmul(a, w_out), w, eps, s) and add_rms_norm_norm(x, matmul(a, w_out), ...): a block's output
 // projection with the residual add (and the next block's input norm) after it, in one op (see
 // Backend::matmul_add_rms_norm).

@@ -305,6 +305,21 @@ TEST(DeviceOps, NormsRopeElementwise) {
         expect_close(got, want, 2e-6, "rms_norm");
       }
     }
+    for (int64_t D : {40, 2048}) {
+      // A pre-norm residual step in one op: the sum, and its norm with the bits of add then rms_norm.
+      Tensor x = random_host({3, D}), f = random_host({3, D}), w = random_host({D});
+      Tensor dx = on(dev, x), df = on(dev, f), dw = on(dev, w);
+      Tensor y = be.empty({3, D}, DType::F32), n = be.empty({3, D}, DType::F32);
+      be.add_norm(dx, df, &dw, 1e-6f, y, n);
+      Tensor y2 = be.empty({3, D}, DType::F32), n2 = be.empty({3, D}, DType::F32);
+      be.add(dx, df, y2);
+      be.rms_norm(y2, &dw, 1e-6f, n2);
+      expect_close(y, y2, 0, "add_norm sum");
+      expect_close(n, n2, 0, "add_norm norm against add then rms_norm");
+      Tensor want_y = Tensor::empty({3, D}, DType::F32), want_n = Tensor::empty({3, D}, DType::F32);
+      cpu.add_norm(x, f, &w, 1e-6f, want_y, want_n);
+      expect_close(n, want_n, 2e-6, "add_norm");
+    }
     {
       // Rows in wider tensors, read and written in place (GLM norms the latent part of a cache entry).
       Tensor x = random_host({5, 70}), w = random_host({40});

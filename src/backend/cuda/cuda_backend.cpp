@@ -516,6 +516,21 @@ class CudaBackend final : public Backend {
     check_launch("add_rms_norm");
   }
 
+  void add_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, const Tensor& y,
+                const Tensor& n) override {
+    Timed timed_(*this, "add_norm");
+    VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && n.is_contiguous() &&
+                    x.dtype() == DType::F32 && f.dtype() == DType::F32 && x.numel() == f.numel() &&
+                    y.numel() == x.numel() && n.numel() == x.numel(),
+                "add_norm expects contiguous F32 of one shape, got {} and {}", x.describe(), f.describe());
+    const int64_t D = f.dim(-1), R = f.numel() / std::max<int64_t>(D, 1);
+    bind();
+    const Tensor wf = norm_weight(w, D, "add_norm");
+    cuda::add_norm(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, y.data<float>(),
+                   n.data<float>(), stream_);
+    check_launch("add_norm");
+  }
+
   void add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float scale, const Tensor& y,
                          const Tensor* w_next, const Tensor& n) override {
     Timed timed_(*this, "add_rms_norm_norm");

@@ -1012,6 +1012,19 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* w, int
   normed_row(xr, inv_rms(xr, D, eps, scratch), w, D, y + blockIdx.x * ldy);
 }
 
+// A pre-norm residual step, one row per block of rms_norm_kernel's size: the sum is written, then normed by the
+// same functions (each thread reads back the elements it wrote only after the barrier; the sum of squares reads
+// them all), so n has the bits of add then rms_norm.
+__global__ void add_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float* y,
+                                float* n) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  const int64_t o = blockIdx.x * D;
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y[o + i] = x[o + i] + f[o + i];
+  __syncthreads();
+  normed_row(y + o, inv_rms(y + o, D, eps, scratch), w, D, n + o);
+}
+
 // One row of a residual norm per block of kNormThreads (see residual_norm_row).
 __global__ void add_rms_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
                                     float* y, const float* w2, float* n) {
@@ -2129,6 +2142,11 @@ void embedding(const Weight& table, int64_t V, int64_t D, const int32_t* ids, in
   launch(embedding_kernel, static_cast<unsigned>(n), kThreads, 0, s, table, V, D, ids, scale, out, ldo, bad_id);
 }
 
+void add_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float* y, float* n,
+              cudaStream_t s) {
+  if (rows == 0) return;
+  launch(add_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, f, w, D, eps, y, n);
+}
 void rms_norm(const float* x, int64_t ldx, const float* w, int64_t rows, int64_t D, float eps, float* y, int64_t ldy,
               cudaStream_t s) {
   if (rows == 0) return;

@@ -100,6 +100,9 @@ void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* o
 // sets bad_id[0] = 1 and bad_id[1] to the id.
 void embedding(const Weight& table, int64_t V, int64_t D, const int32_t* ids, int64_t n, float scale, float* out,
                int64_t ldo, int* bad_id, cudaStream_t s);
+// y = x + f and n = rms_norm(y)·w over rows of D, with rms_norm's arithmetic (n has its bits).
+void add_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float* y, float* n,
+              cudaStream_t s);
 void rms_norm(const float* x, int64_t ldx, const float* w, int64_t rows, int64_t D, float eps, float* y, int64_t ldy,
               cudaStream_t s);
 // y = (x + rms_norm(f)·w) · scale over rows of D.

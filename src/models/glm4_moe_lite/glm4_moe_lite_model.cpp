@@ -206,8 +206,18 @@ Tensor Glm4MoeLiteModel::head_ids(int64_t T) const {
 
 Tensor Glm4MoeLiteModel::layer_forward(const Glm4LayerWeights& l, const Tensor& x, const Tensor& rope_pos,
                                        const Tensor& slot_pos, KvCache& cache) const {
-  Tensor h = ops::add(x, attention(l.attn, rms(x, l.input_ln), rope_pos, slot_pos, cache));
-  return ops::add(h, ffn(l.ffn, rms(h, l.post_attn_ln)));
+  return layer_step(l, x, Tensor(), rope_pos, slot_pos, cache, Tensor()).residual;
+}
+
+ops::ResidualAndNorm Glm4MoeLiteModel::layer_step(const Glm4LayerWeights& l, const Tensor& x, const Tensor& xn,
+                                                  const Tensor& rope_pos, const Tensor& slot_pos, KvCache& cache,
+                                                  const Tensor& next_norm) const {
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  auto [h, hn] = ops::add_norm(x, attention(l.attn, xn.defined() ? xn : rms(x, l.input_ln), rope_pos, slot_pos, cache),
+                               l.post_attn_ln, eps);
+  Tensor f = ffn(l.ffn, hn);
+  if (!next_norm.defined()) return {ops::add(h, f), Tensor()};
+  return ops::add_norm(h, f, next_norm, eps);
 }
 
 ForwardResult Glm4MoeLiteModel::forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,
@@ -224,7 +234,13 @@ ForwardResult Glm4MoeLiteModel::forward_eager(KvState& st, const std::vector<int
   const StepInputs in = step_inputs(tokens, st.length(), device());
   const Tensor& positions = in.positions;
   Tensor x = ops::embedding(embed_tokens_, in.ids);
-  for (int i = 0; i < cfg_.num_layers; i++) x = layer_forward(layers_[i], x, positions, positions, st.cache(i));
+  Tensor xn;  // the next layer's normed input, made with the residual add before it
+  for (int i = 0; i < cfg_.num_layers; i++) {
+    const Tensor next_norm = i + 1 < cfg_.num_layers ? layers_[i + 1].input_ln : Tensor();
+    ops::ResidualAndNorm r = layer_step(layers_[i], x, xn, positions, positions, st.cache(i), next_norm);
+    x = r.residual;
+    xn = r.normed;
+  }
 
   ForwardResult r;
   if (all_hidden) r.hidden = rms(x, final_norm_);

@@ -17,6 +17,7 @@
 #include "models/kv_state.h"
 #include "models/weights.h"
 #include "models/model.h"
+#include "ops/ops.h"
 
 namespace vatic {
 
@@ -67,6 +68,10 @@ class Glm4MoeLiteModel final : public LanguageModel {
   // `slot_pos` their positions for causal masking in the cache (equal for the target). Returns the new residual.
   Tensor layer_forward(const Glm4LayerWeights& l, const Tensor& x, const Tensor& rope_pos, const Tensor& slot_pos,
                        KvCache& cache) const;
+  // layer_forward with the input norm `xn` already made (undefined: made here), and with the residual's norm by
+  // `next_norm` (the next block's input norm) made in the same op as the last residual add when it is defined.
+  ops::ResidualAndNorm layer_step(const Glm4LayerWeights& l, const Tensor& x, const Tensor& xn, const Tensor& rope_pos,
+                                  const Tensor& slot_pos, KvCache& cache, const Tensor& next_norm) const;
   Tensor rms(const Tensor& x, const Tensor& w) const;  // RMSNorm with rms_norm_eps
 
  private:

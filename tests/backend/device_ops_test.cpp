@@ -379,6 +379,9 @@ TEST(DeviceOps, NormsRopeElementwise) {
       Tensor cpu_halves = Tensor::empty({6, 35}, DType::F32);
       cpu.gated(op, gu.slice(1, 0, 35), gu.slice(1, 35, 70), cpu_halves);
       expect_close(cpu_halves, want, 0, "gated halves on the CPU");
+      Tensor mixed = be.empty({6, 35}, DType::F32);  // one half in place, the other contiguous
+      be.gated(op, dgu.slice(1, 0, 35), ops::contiguous(dgu.slice(1, 35, 70)), mixed);
+      expect_close(mixed, want, 2e-6, "gated, one half in place");
     }
     // Top-k with ties (lower index first) over rows as wide as a vocabulary.
     for (int64_t N : {5, 128, 130, 2048, 4096, 4097, 20000, 262144})

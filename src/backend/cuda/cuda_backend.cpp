@@ -798,16 +798,16 @@ class CudaBackend final : public Backend {
   }
   void gated(Unary op, const Tensor& g, const Tensor& u, const Tensor& y) override {
     Timed timed_(*this, "gated");
-    // Contiguous, or rows of unit stride: one row of numel() elements, or rows of dim(1) at their row strides.
-    auto rows_of = [](const Tensor& t) { return t.is_contiguous() ? t.numel() : t.dim(1); };
-    auto row_stride = [&](const Tensor& t) { return t.is_contiguous() ? rows_of(t) : t.stride(0); };
+    // Both contiguous: one row of numel() elements. Otherwise both 2-D rows of unit stride at their row strides.
+    const bool flat = g.is_contiguous() && u.is_contiguous();
+    auto rows2d = [](const Tensor& t) { return t.ndim() == 2 && t.stride(1) == 1; };
     VATIC_CHECK(g.numel() == u.numel() && y.is_contiguous() && g.dtype() == DType::F32 && u.dtype() == DType::F32 &&
-                    (g.is_contiguous() || (g.ndim() == 2 && g.stride(1) == 1)) &&
-                    (u.is_contiguous() || (u.ndim() == 2 && u.stride(1) == 1)) && rows_of(g) == rows_of(u),
+                    (flat || (rows2d(g) && rows2d(u) && g.dim(1) == u.dim(1))),
                 "gated: {} and {}", g.describe(), u.describe());
+    const int64_t cols = flat ? g.numel() : g.dim(1);
     bind();
-    cuda::gated(static_cast<int>(op), g.data<float>(), row_stride(g), u.data<float>(), row_stride(u), rows_of(g),
-                g.numel(), y.data<float>(), stream_);
+    cuda::gated(static_cast<int>(op), g.data<float>(), flat ? cols : g.stride(0), u.data<float>(),
+                flat ? cols : u.stride(0), cols, g.numel(), y.data<float>(), stream_);
     check_launch("gated");
   }
   void softcap(const Tensor& a, float cap, const Tensor& y) override {

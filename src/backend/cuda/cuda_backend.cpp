@@ -8,6 +8,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <utility>
 #include <chrono>
 #include <cstdlib>
 #include <functional>
@@ -234,6 +235,18 @@ void check_rows(const Tensor& t, const char* what) {
 }
 void check_f32_contiguous(const Tensor& t, const char* what) {
   VATIC_CHECK(t.dtype() == DType::F32 && t.is_contiguous(), "{} expects contiguous F32, got {}", what, t.describe());
+}
+
+// The residual-norm ops' operands: x, the branch f and the outputs y (and n) contiguous F32 of one size. Returns
+// {rows, D} of f's last dimension.
+std::pair<int64_t, int64_t> residual_rows(const char* op, const Tensor& x, const Tensor& f, const Tensor& y,
+                                          const Tensor* n) {
+  VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && (!n || n->is_contiguous()) &&
+                  x.dtype() == DType::F32 && f.dtype() == DType::F32 && x.numel() == f.numel() &&
+                  y.numel() == x.numel() && (!n || n->numel() == x.numel()),
+              "{} expects contiguous F32 of one shape, got {} and {}", op, x.describe(), f.describe());
+  const int64_t D = f.dim(-1);
+  return {f.numel() / std::max<int64_t>(D, 1), D};
 }
 
 class CudaBackend final : public Backend {
@@ -505,10 +518,7 @@ class CudaBackend final : public Backend {
   void add_rms_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float scale,
                     const Tensor& y) override {
     Timed timed_(*this, "add_rms_norm");
-    VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32 &&
-                    f.dtype() == DType::F32 && x.numel() == f.numel() && y.numel() == x.numel(),
-                "add_rms_norm expects contiguous F32 of one shape, got {} and {}", x.describe(), f.describe());
-    const int64_t D = f.dim(-1), R = f.numel() / std::max<int64_t>(D, 1);
+    const auto [R, D] = residual_rows("add_rms_norm", x, f, y, nullptr);
     bind();
     const Tensor wf = norm_weight(w, D, "add_rms_norm");
     cuda::add_rms_norm(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, scale,
@@ -519,11 +529,7 @@ class CudaBackend final : public Backend {
   void add_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, const Tensor& y,
                 const Tensor& n) override {
     Timed timed_(*this, "add_norm");
-    VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && n.is_contiguous() &&
-                    x.dtype() == DType::F32 && f.dtype() == DType::F32 && x.numel() == f.numel() &&
-                    y.numel() == x.numel() && n.numel() == x.numel(),
-                "add_norm expects contiguous F32 of one shape, got {} and {}", x.describe(), f.describe());
-    const int64_t D = f.dim(-1), R = f.numel() / std::max<int64_t>(D, 1);
+    const auto [R, D] = residual_rows("add_norm", x, f, y, &n);
     bind();
     const Tensor wf = norm_weight(w, D, "add_norm");
     cuda::add_norm(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, y.data<float>(),
@@ -534,11 +540,7 @@ class CudaBackend final : public Backend {
   void add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float scale, const Tensor& y,
                          const Tensor* w_next, const Tensor& n) override {
     Timed timed_(*this, "add_rms_norm_norm");
-    VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && n.is_contiguous() &&
-                    x.dtype() == DType::F32 && f.dtype() == DType::F32 && x.numel() == f.numel() &&
-                    y.numel() == x.numel() && n.numel() == x.numel(),
-                "add_rms_norm expects contiguous F32 of one shape, got {} and {}", x.describe(), f.describe());
-    const int64_t D = f.dim(-1), R = f.numel() / std::max<int64_t>(D, 1);
+    const auto [R, D] = residual_rows("add_rms_norm", x, f, y, &n);
     bind();
     const Tensor wf = norm_weight(w, D, "add_rms_norm"), wn = norm_weight(w_next, D, "rms_norm");
     cuda::add_rms_norm_norm(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, scale,

@@ -555,9 +555,11 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   auto segment = [&](int64_t n) { return EPI == 3 ? (n < j.n_end[0] ? 0 : n < j.n_end[1] ? 1 : 2) : 0; };
   auto local = [&](int64_t n, int seg) { return EPI == 3 && seg ? n - j.n_end[seg - 1] : n; };
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-  const int group_warps = 4 / parts;
-  const int part = warp % parts;
-  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * group_warps + warp / parts) * RO;
+  // parts is 1, 2 or 4 (launch_gemv_chunks): shifts, not divisions.
+  const int lp = parts >> 1 == 2 ? 2 : parts >> 1;
+  const int group_warps = 4 >> lp;
+  const int part = warp & (parts - 1);
+  const int64_t n0 = (static_cast<int64_t>(blockIdx.x) * group_warps + (warp >> lp)) * RO;
   constexpr int vals = BITS ? 128 / BITS : 8;  // inputs per 16-byte chunk
   const int64_t chunks = K / vals;
   const uint4* rowp[R];
@@ -577,15 +579,42 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   // A lane's chunks go U at a time: all their loads are issued before any is used, so that a small matrix (a few
   // chunks per lane) is one memory round trip rather than one per chunk. The sums run in chunk order as before.
   constexpr int U = BITS ? 2 : (TT <= 2 ? 4 : 2);
-  const int64_t stride = 32 * parts;
-  for (int64_t c0 = lane + 32 * part; c0 < chunks; c0 += stride * U) {
-    uint4 qs[U][R];
+  const int64_t stride = 32 * parts, first = lane + 32 * part;
+  // Quantized: a chunk's group is its index shifted (a group is a power-of-two number of chunks, chunks_fit), and
+  // its scale and bias (16-bit floats) are loaded with its codes, into one register, so that no load waits on
+  // another.
+  const int gshift = BITS ? __ffs(static_cast<int>(j.w[0].group / vals)) - 1 : 0;
+  uint4 qs[U][R];
+  uint32_t sb[U][R];
+  auto load_chunks = [&](int64_t c0) {
 #pragma unroll
     for (int ub = 0; ub < U; ub++) {
       const int64_t c = c0 + ub * stride;
 #pragma unroll
       for (int r = 0; r < R; r++) qs[ub][r] = rowp[r] && c < chunks ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
+      if constexpr (BITS != 0) {
+        const int64_t g = c >> gshift;
+#pragma unroll
+        for (int r = 0; r < R; r++) {
+          sb[ub][r] = 0u;
+          if (rowp[r] && c < chunks) {
+            const int64_t n = n0 + r % RO;
+            const int seg = EPI == 1 ? (r >= RO) : segment(n);
+            const Weight& wr = j.w[seg];
+            const uint16_t* sp = static_cast<const uint16_t*>(scale_row(wr, wr.scales, 0, local(n, seg)));
+            const uint16_t* bp = static_cast<const uint16_t*>(scale_row(wr, wr.biases, 0, local(n, seg)));
+            sb[ub][r] = static_cast<uint32_t>(__ldg(sp + g)) | static_cast<uint32_t>(__ldg(bp + g)) << 16;
+          }
+        }
+      }
     }
+  };
+  auto half_to_float = [&](uint32_t h) {
+    return j.w[0].scale_type == kBF16 ? __uint_as_float(h << 16) : f16_to_float(static_cast<uint16_t>(h));
+  };
+  if constexpr (BITS != 0) load_chunks(first);
+  for (int64_t c0 = first; c0 < chunks; c0 += stride * U) {
+    if (BITS == 0 || c0 != first) load_chunks(c0);
 #pragma unroll
     for (int ub = 0; ub < U; ub++) {
       const int64_t c = c0 + ub * stride;
@@ -617,15 +646,11 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
         // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. A code becomes a float by
         // one byte permute: 0x4B0000qq is the float 2^23 + q (int4 codes are first spread one per byte, the even
         // ones and the odd ones of a word). Each code is made where it is used, for every input row.
-        const int64_t g = c * vals / j.w[0].group;
         float sc[R], bi[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
-          const int64_t n = n0 + r % RO;
-          const int seg = EPI == 1 ? (r >= RO) : segment(n);
-          const Weight& wr = j.w[seg];
-          sc[r] = rowp[r] ? load(wr.scale_type, scale_row(wr, wr.scales, 0, local(n, seg)), g) : 0.0f;
-          bi[r] = rowp[r] ? load(wr.scale_type, scale_row(wr, wr.biases, 0, local(n, seg)), g) : 0.0f;
+          sc[r] = half_to_float(sb[ub][r] & 0xffffu);
+          bi[r] = half_to_float(sb[ub][r] >> 16);
         }
         float dq[R][TT], sx[TT];
 #pragma unroll
@@ -2016,15 +2041,17 @@ void launch_gemv_chunks_epi(const GemvJob& j, cudaStream_t s) {
 }
 
 // Whether the chunked GEMV can read `w`: bf16 or 4/8-bit rows of whole 16-byte chunks, 16-byte aligned, with each
-// chunk inside one quantization group; x rows of whole float4s.
+// chunk inside one quantization group of a power-of-two number of chunks and 16-bit scales and biases; x rows of
+// whole float4s.
 bool chunks_fit(const float* x, int64_t ldx, const Weight& w, int64_t K) {
   const bool x_ok = reinterpret_cast<uintptr_t>(x) % 16 == 0 && ldx % 4 == 0;
   const bool base_ok = reinterpret_cast<uintptr_t>(w.data) % 16 == 0;
   if (!x_ok || !base_ok) return false;
   if (w.bits == 0) return w.type == kBF16 && K % 8 == 0 && w.ld % 8 == 0;
   if (w.bits != 4 && w.bits != 8) return false;
-  const int64_t vals = 128 / w.bits;
-  return K % vals == 0 && w.group % vals == 0 && w.ld % 4 == 0;
+  const int64_t vals = 128 / w.bits, per_group = w.group / vals;
+  const bool scales_16 = w.scale_type == kBF16 || w.scale_type == kF16;
+  return K % vals == 0 && w.group % vals == 0 && (per_group & (per_group - 1)) == 0 && w.ld % 4 == 0 && scales_16;
 }
 
 GemvJob gemv_job(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,

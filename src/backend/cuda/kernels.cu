@@ -644,8 +644,11 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
         }
       } else {
         // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. A code becomes a float by
-        // one byte permute: 0x4B0000qq is the float 2^23 + q (int4 codes are first spread one per byte, the even
-        // ones and the odd ones of a word). Each code is made where it is used, for every input row.
+        // one byte permute, with nothing to subtract: the word 0x000000qq is the subnormal float q·2^-149 (int4 codes
+        // are first spread one per byte, the even ones and the odd ones of a word). Each code is made where it is
+        // used, for every input row, and multiplied with x·2^64: Σ (x·2^64)·(q·2^-149) is Σ x·q scaled by 2^-85,
+        // a power of two, so each rounding is the one of the unscaled sum (the scaled partial sums stay normal
+        // unless |Σ x·q| < 2^-41) and the sum is scaled back exactly. (|x| must stay below 2^64.)
         float sc[R], bi[R];
 #pragma unroll
         for (int r = 0; r < R; r++) {
@@ -690,13 +693,13 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
 #pragma unroll
             for (int i = 0; i < per; i++) {
               sx[t] += xv[i];
-              // Byte i (int8) or i / 2 of the even / odd half (int4) of the word, under the exponent of 2^23.
+              const float xs = xv[i] * 0x1p64f;
+              // Byte i (int8) or i / 2 of the even / odd half (int4) of the word, alone in a word.
               const int half = BITS == 4 ? i & 1 : 0, byte = BITS == 4 ? i >> 1 : i;
 #pragma unroll
               for (int r = 0; r < R; r++) {
-                const uint32_t bits = __byte_perm(bytes[r][half], 0x4B000000u, 0x7440u | byte);
-                const float code = __uint_as_float(bits) - 8388608.0f;
-                dq[r][t] += xv[i] * code;
+                const float code = __uint_as_float(__byte_perm(bytes[r][half], 0u, 0x4440u | byte));
+                dq[r][t] += xs * code;
               }
             }
           }
@@ -705,7 +708,7 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
         for (int t = 0; t < TT; t++) {
           if (t >= T) break;
 #pragma unroll
-          for (int r = 0; r < R; r++) acc[r][t] += sc[r] * dq[r][t] + bi[r] * sx[t];
+          for (int r = 0; r < R; r++) acc[r][t] += sc[r] * (dq[r][t] * 0x1p85f) + bi[r] * sx[t];
         }
       }
     }

@@ -106,6 +106,9 @@ class Backend {
   // Memory. empty() makes an output buffer: its content is unspecified until an operation writes it.
   virtual Tensor empty(const Shape& shape, DType dtype) = 0;
   virtual Tensor upload(const Tensor& host) = 0;    // copy of a host tensor on this device
+  // A model weight already on this device, kept as long as the model: where it is by default. The CPU backend
+  // copies a tensor of a file mapping into memory of its own (backend/cpu/weight_arena.h).
+  virtual Tensor place_weight(const Tensor& t) { return t; }
   virtual Tensor download(const Tensor& t) = 0;     // contiguous host copy
   // dst = src (same shape; dtype conversion between F32/BF16/F16 allowed; strided src/dst allowed).
   virtual void copy(const Tensor& src, const Tensor& dst) = 0;

@@ -20,8 +20,10 @@ Tensor Weights::place(const std::string& name, const Shape& shape, bool keep) co
   auto it = placed_.find(name);
   if (it != placed_.end()) return it->second;
   Tensor t = ops::to_device(h, device_);
+  // A kept weight may move out of the store's file mapping (the CPU backend's copy in memory of its own).
+  if (keep) t = backend_for(device_).place_weight(t);
   done_ += h.nbytes();
-  if (keep && !device_.is_cpu()) placed_.emplace(name, t);
+  if (keep) placed_.emplace(name, t);
   if (progress_) progress_(done_, total_);
   return t;
 }

@@ -12,6 +12,7 @@
 #include "backend/cpu/bandwidth.h"
 #include "backend/cpu/parallel.h"
 #include "backend/cpu/simd.h"
+#include "backend/cpu/weight_arena.h"
 
 namespace vatic {
 namespace {
@@ -131,6 +132,10 @@ class CpuBackend final : public Backend {
 
   Tensor empty(const Shape& shape, DType dtype) override { return Tensor::uninitialized(shape, dtype); }
   Tensor upload(const Tensor& host) override { return host; }
+  // Weights from the store's file mappings are copied into huge-page-backed memory of the backend's own.
+  Tensor place_weight(const Tensor& t) override {
+    return t.storage() && t.storage()->read_only() ? cpu::resident_copy(t) : t;
+  }
   Tensor download(const Tensor& t) override {
     if (t.is_contiguous()) return t;
     Tensor out = empty(t.shape(), t.dtype());

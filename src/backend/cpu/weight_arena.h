@@ -5,8 +5,8 @@
 // mappings of page-cache pages, each 4 KB page a TLB entry (in a virtual machine, each miss a two-level walk). The
 // demo model's 23 MB of bf16 are some 5,600 pages, more than the second-level TLB holds, and every decode step
 // walked them again. Copied one after the other into anonymous memory that the kernel may back with 2 MB pages
-// (madvise MADV_HUGEPAGE), the same bytes are a dozen pages: the one-thread bf16 decode of the demo model went
-// from about 1,570 to 1,990 tokens/s (the copy without huge pages: about 1,830).
+// (madvise MADV_HUGEPAGE), the same bytes are a dozen pages: the demo model's bf16 decode, one thread or two, was
+// 7-32 % faster (best of alternating runs; docs/performance.md, fourteenth round).
 //
 // The copies count against a budget, so that a model too large to keep twice (the copy and the page cache it came
 // from, until the kernel evicts the latter) stays mapped: by default half of the memory available when the first

@@ -11,6 +11,9 @@ struct Linear {
   Tensor scales, biases;
   int bits = 0;   // 0 = dense
   int group = 0;
+  // Set when `weight` was computed by the ops just before (not loaded with the model): a device that starts an op
+  // before the one before it has finished (CUDA programmatic launch) must not read a computed weight early.
+  bool computed = false;
 
   bool defined() const { return weight.defined(); }
   bool quantized() const { return bits != 0; }

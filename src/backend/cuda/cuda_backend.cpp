@@ -208,6 +208,7 @@ cuda::Weight weight(const Linear& w) {
   r.type = elem(w.weight.dtype());
   r.ld = w.weight.stride(-2);
   r.expert_stride = w.weight.ndim() == 3 ? w.weight.stride(0) : 0;
+  r.computed = w.computed;
   if (w.quantized()) {
     VATIC_CHECK(w.weight.dtype() == DType::U32 && (w.bits == 4 || w.bits == 8) && w.group % (32 / w.bits) == 0 &&
                     w.scales.dtype() == w.biases.dtype() && w.scales.stride(-1) == 1 && w.biases.stride(-1) == 1 &&
@@ -258,6 +259,8 @@ class CudaBackend final : public Backend {
     description_ = fmt::format("{} ({})", prop.name, device_.str());
     // Programmatic dependent launch hides each kernel's launch behind the one before it (VATIC_PDL=0 turns it off).
     cuda::set_programmatic_launch(prop.major >= 9 && !env_is("VATIC_PDL", "0"));
+    // Decode GEMVs that load their first weights before waiting on the kernel before them: VATIC_GEMV_EARLY=1.
+    cuda::set_gemv_early(env_is("VATIC_GEMV_EARLY", "1"));
     // bf16 prefill GEMMs on tensor cores (compute capability 8.0 and later; VATIC_TENSOR_CORES=0: SGEMM), and the
     // bf16 GEMV of decode and verification too with VATIC_GEMV_TENSOR_CORES=1 (cheaper verification, slower decode:
     // docs/gpu.md).

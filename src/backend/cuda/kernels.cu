@@ -181,6 +181,7 @@ __device__ __forceinline__ void pdl_begin() {
 
 bool g_pdl = false;
 bool g_gemv_mma = false;
+bool g_gemv_early = false;
 int g_gemv_warps = 4096;  // a chunked GEMV splits K until it has about this many warps
 int g_split_keys = 16;    // decode attention splits the slots until a split has fewer than twice this many
 
@@ -392,6 +393,7 @@ struct GemvJob {
   int act;
   int64_t K;
   bool accumulate;
+  bool early;  // the first weight loads are issued before the kernel before this one has finished
   ResidualNorm rn;  // applied after the products when rn.counter is set (EPI 0 only)
 };
 
@@ -569,8 +571,6 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
     const int seg = EPI == 1 ? (r >= RO) : segment(n);
     rowp[r] = n < N ? static_cast<const uint4*>(weight_row(j.w[seg], 0, local(n, seg))) : nullptr;
   }
-  pdl_begin();
-  if (EPI == 0 && j.rn.counter) residual_norm_warm(j.rn, N);
   float acc[R][TT];
 #pragma unroll
   for (int r = 0; r < R; r++)
@@ -612,9 +612,19 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   auto half_to_float = [&](uint32_t h) {
     return j.w[0].scale_type == kBF16 ? __uint_as_float(h << 16) : f16_to_float(static_cast<uint16_t>(h));
   };
-  if constexpr (BITS != 0) load_chunks(first);
+  // Programmatic launch: this kernel may start while the one before it still runs (pdl_begin waits for it). Model
+  // weights are not written by it, so with early loads (VATIC_GEMV_EARLY=1) decode's launches (one or two input
+  // rows) issue their first loads before the wait, and the DRAM round trip overlaps that kernel's tail; a weight
+  // computed by it (Weight::computed) is loaded after. Verification launches, and every launch without early loads,
+  // load as before (in the loop for bf16): they are sensitive to register allocation.
+  const bool early = TT <= 2 && j.early;
+  if (early) load_chunks(first);
+  pdl_begin();
+  if (EPI == 0 && j.rn.counter) residual_norm_warm(j.rn, N);
+  if constexpr (BITS != 0)
+    if (!early) load_chunks(first);
   for (int64_t c0 = first; c0 < chunks; c0 += stride * U) {
-    if (BITS == 0 || c0 != first) load_chunks(c0);
+    if (c0 != first || (BITS == 0 && !early)) load_chunks(c0);
 #pragma unroll
     for (int ub = 0; ub < U; ub++) {
       const int64_t c = c0 + ub * stride;
@@ -1961,6 +1971,7 @@ __global__ void route_kernel(RouteArgs a) {
 
 void set_programmatic_launch(bool on) { g_pdl = on; }
 void set_gemv_tensor_cores(bool on) { g_gemv_mma = on; }
+void set_gemv_early(bool on) { g_gemv_early = on; }
 void set_launch_shape(int gemv_warps, int split_keys) {
   if (gemv_warps > 0) g_gemv_warps = gemv_warps;
   if (split_keys > 0) g_split_keys = split_keys;
@@ -1991,10 +2002,13 @@ void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
   int parts = 1;
   while (parts < 4 && row_groups * parts < g_gemv_warps && chunks / (32 * parts * 2) >= per_lane) parts *= 2;
   const int64_t blocks = (row_groups + (4 / parts) - 1) / (4 / parts);
+  GemvJob job = j;
+  job.early = g_gemv_early && g_pdl;
+  for (int seg = 0; seg < kGemvSegments; seg++) job.early = job.early && !j.w[seg].computed;
   if constexpr (BITS != 0 && TT == 1)
-    launch(gemv_chunks_q1_kernel<R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, j, parts);
+    launch(gemv_chunks_q1_kernel<R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
   else
-    launch(gemv_chunks_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, j, parts);
+    launch(gemv_chunks_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
 }
 
 template <int R, int BITS, int EPI>

@@ -39,6 +39,7 @@ struct Weight {
   int scale_type = kBF16;
   int64_t lds = 0;
   int64_t expert_stride_s = 0;
+  bool computed = false;  // written by the kernel just before (Linear::computed): nothing reads it early
 };
 
 // Launch each kernel with programmatic stream serialization (compute capability 9.0 and later): the next kernel on
@@ -48,6 +49,9 @@ void set_programmatic_launch(bool on);
 // off (the default), on the f32 FMA units. Decode and verification rows take the same path either way, so greedy
 // speculative decoding equals plain decoding under both.
 void set_gemv_tensor_cores(bool on);
+// With programmatic launch, a chunked GEMV issues its first weight loads before it waits on the kernel before it
+// (whose tail then overlaps them), unless a weight is `computed`. Off by default (docs/gpu.md).
+void set_gemv_early(bool on);
 // How finely work is split (values <= 0 keep the defaults): the warps a chunked GEMV aims for when splitting each
 // row's K, and the fewest slots per split of decode attention.
 void set_launch_shape(int gemv_warps, int split_keys);

@@ -71,7 +71,7 @@ Tensor Gemma4Assistant::head(const Tensor& y) {
   ops::topk(ops::matmul(y, centroids_), k, &cv, &ci);                          // [1, k]
   Tensor ids = ops::gather_rows(token_groups_, ci.reshape({k})).reshape({k * per});  // their tokens
   Tensor rows = ops::embedding(embed_, ids, 1.0f);                               // [k·per, Ha]
-  Tensor sel = ops::matmul(y, Linear{rows, {}, {}, 0, 0});                       // [1, k·per]
+  Tensor sel = ops::matmul(y, Linear{rows, {}, {}, 0, 0, true});                 // [1, k·per]
   Tensor logits = ops::empty_like(y, {1, V});
   ops::backend_of(logits).fill(logits, -std::numeric_limits<float>::infinity());
   ops::scatter(sel.reshape({k * per}), ids, logits);

@@ -2,9 +2,10 @@
 # The GPU checks of docs/gpu.md, on a machine with an NVIDIA GPU and a built (or packed) build folder: the op test
 # against the CPU backend, the model, engine, cache and quantization suites on cuda, and the demo model through the
 # whole product (create, serve, run --verbose, ps) with the server's log. Logs go to $1 (default: a temporary
-# folder); SUITES picks the suites (default: all of "ops models engine cache quant server ops-tc engine-tc
-# ops-early engine-early"; the -tc suites run with the bf16 GEMV on tensor cores, VATIC_GEMV_TENSOR_CORES=1, the
-# -early ones with early GEMV weight loads, VATIC_GEMV_EARLY=1). Exits non-zero when something fails.
+# folder); SUITES picks the suites (default: all of "ops models engine cache quant server ops-tc engine-tc ops-late
+# engine-late"; the -tc suites run with the bf16 GEMV on tensor cores, VATIC_GEMV_TENSOR_CORES=1, the -late ones
+# with decode GEMVs loading weights only after the kernel before them, VATIC_GEMV_EARLY=0). Exits non-zero when
+# something fails.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 BUILD=${BUILD:-build}
@@ -23,13 +24,13 @@ run() {
     fail=1
   fi
 }
-for suite in ${SUITES:-ops models engine cache quant server ops-tc engine-tc ops-early engine-early}; do
+for suite in ${SUITES:-ops models engine cache quant server ops-tc engine-tc ops-late engine-late}; do
   case $suite in
     ops) run ops "$BUILD/tests/test_backend" --gtest_filter='Device*:Moe*:Sampling*' ;;
     ops-tc) VATIC_GEMV_TENSOR_CORES=1 run ops-tc "$BUILD/tests/test_backend" --gtest_filter='Device*:Moe*' ;;
     engine-tc) VATIC_GEMV_TENSOR_CORES=1 VATIC_TEST_DEVICE=cuda run engine-tc "$BUILD/tests/test_engine" ;;
-    ops-early) VATIC_GEMV_EARLY=1 run ops-early "$BUILD/tests/test_backend" --gtest_filter='Device*:Moe*' ;;
-    engine-early) VATIC_GEMV_EARLY=1 VATIC_TEST_DEVICE=cuda run engine-early "$BUILD/tests/test_engine" ;;
+    ops-late) VATIC_GEMV_EARLY=0 run ops-late "$BUILD/tests/test_backend" --gtest_filter='Device*:Moe*' ;;
+    engine-late) VATIC_GEMV_EARLY=0 VATIC_TEST_DEVICE=cuda run engine-late "$BUILD/tests/test_engine" ;;
     server) run server "$BUILD/tests/test_server" ;;  # its runners take the first GPU by default
     *) VATIC_TEST_DEVICE=cuda run "$suite" "$BUILD/tests/test_$suite" ;;
   esac

@@ -297,6 +297,17 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
       }
       std::printf("\n");
     }
+    if (!dev.is_cpu() && o.max_verify >= 4) {
+      // Where a verification of four drafts (five tokens) goes, operation by operation, beside the decode step's
+      // breakdown above.
+      auto pst = lm->new_state();
+      pst->restore(snap);
+      Backend& be = backend_for(dev);
+      be.set_profiling(true);
+      lm->forward(*pst, random_tokens(5, V, 104), 5);
+      be.set_profiling(false);
+      print_profile("verification of K=4", be.take_profile());
+    }
   }
 
   // The drafter: a DRAFT model, or the one the target carries (GLM's MTP layer).

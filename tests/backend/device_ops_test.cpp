@@ -162,15 +162,18 @@ TEST(DeviceOps, CopyStridedAndConverting) {
 }
 
 // A weight made by the op just before (the assistant's head multiplies by the embedding rows it has just gathered)
-// is read after that op has finished, also where decode GEMVs load their weights early (VATIC_GEMV_EARLY=1): each
-// round overwrites one buffer of rows, so a GEMV that read it early would see the rows of the round before.
+// is read after that op has finished, also where decode GEMVs load their weights early (on CUDA, unless
+// VATIC_GEMV_EARLY=0): each round gathers rows and converts them into one reused bf16 buffer (the form the decode
+// GEMV's fast path reads), so a GEMV that loaded it early would see the rows of the round before.
 TEST(DeviceOps, AWeightComputedJustBeforeIsReadAfterIt) {
   FOR_EACH_DEVICE([](Device dev) {
     OwnRandom own(77);
     const int64_t V = 512, K = 256, n = 64;
     Tensor table = random_host({V, K}, DType::BF16, 0.1f);
     Linear dtable = dense(on(dev, table));
+    Tensor gathered = backend_for(dev).empty({n, K}, DType::F32);
     Tensor rows = backend_for(dev).empty({n, K}, DType::BF16);
+    Tensor want_gathered = Tensor::empty({n, K}, DType::F32);
     Tensor want_rows = Tensor::empty({n, K}, DType::BF16);
     for (int round = 0; round < 8; round++) {
       SCOPED_TRACE(fmt::format("round {}", round));
@@ -178,14 +181,21 @@ TEST(DeviceOps, AWeightComputedJustBeforeIsReadAfterIt) {
       for (int64_t i = 0; i < n; i++) picked[i] = static_cast<int32_t>((i * 37 + round * 101) % V);
       Tensor ids = Tensor::from_ints(picked, {n});
       Tensor x = random_host({1, K});
-      cpu_backend().embedding(dense(table), ids, 1.0f, want_rows);
+      cpu_backend().embedding(dense(table), ids, 1.0f, want_gathered);
+      cpu_backend().copy(want_gathered, want_rows);
       Tensor want = Tensor::empty({1, n}, DType::F32);
       cpu_backend().matmul(x, Linear{want_rows, {}, {}, 0, 0, true}, want, false);
-      Tensor dx = on(dev, x);  // uploaded before the rows are made, so the GEMV follows the embedding directly
-      backend_for(dev).embedding(dtable, on(dev, ids), 1.0f, rows);
+      Tensor dx = on(dev, x);  // uploaded before the rows are made, so the GEMV follows their conversion directly
+      backend_for(dev).embedding(dtable, on(dev, ids), 1.0f, gathered);
+      backend_for(dev).copy(gathered, rows);
       Tensor got = backend_for(dev).empty({1, n}, DType::F32);
       backend_for(dev).matmul(dx, Linear{rows, {}, {}, 0, 0, true}, got, false);
       expect_close(got, want, 2e-5, "matmul by rows made just before");
+      // Bits too: the same rows read long after they were made, in a launch of their own.
+      backend_for(dev).synchronize();
+      Tensor again = backend_for(dev).empty({1, n}, DType::F32);
+      backend_for(dev).matmul(dx, Linear{rows, {}, {}, 0, 0, true}, again, false);
+      expect_close(got, again, 0.0, "the same GEMV after a synchronization");
     }
   });
 }

@@ -328,7 +328,9 @@ class CpuBackend final : public Backend {
   void embedding(const Linear& w, const Tensor& ids, float scale, const Tensor& out) override {
     const Tensor& table = w.weight;
     const int64_t n = ids.numel(), D = w.in_features(), V = w.out_features();
-    VATIC_CHECK(out.dim(0) == n && out.dim(1) == D, "embedding: output {} for {} ids of width {}", out.describe(), n, D);
+    VATIC_CHECK(out.ndim() == 2 && out.dim(0) == n && out.dim(1) == D && out.dtype() == DType::F32 &&
+                    out.stride(1) == 1,
+                "embedding: output {} for {} ids of width {} (F32 rows)", out.describe(), n, D);
     const int32_t* id = ids.data<int32_t>();
     const size_t es = dtype_size(table.dtype());
     for (int64_t i = 0; i < n; i++) {

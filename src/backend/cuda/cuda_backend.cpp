@@ -259,8 +259,9 @@ class CudaBackend final : public Backend {
     description_ = fmt::format("{} ({})", prop.name, device_.str());
     // Programmatic dependent launch hides each kernel's launch behind the one before it (VATIC_PDL=0 turns it off).
     cuda::set_programmatic_launch(prop.major >= 9 && !env_is("VATIC_PDL", "0"));
-    // Decode GEMVs that load their first weights before waiting on the kernel before them: VATIC_GEMV_EARLY=1.
-    cuda::set_gemv_early(env_is("VATIC_GEMV_EARLY", "1"));
+    // Decode GEMVs that load their first weights before waiting on the kernel before them (VATIC_GEMV_EARLY=0 turns
+    // it off).
+    cuda::set_gemv_early(!env_is("VATIC_GEMV_EARLY", "0"));
     // bf16 prefill GEMMs on tensor cores (compute capability 8.0 and later; VATIC_TENSOR_CORES=0: SGEMM), and the
     // bf16 GEMV of decode and verification too with VATIC_GEMV_TENSOR_CORES=1 (cheaper verification, slower decode:
     // docs/gpu.md).

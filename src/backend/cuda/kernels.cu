@@ -613,10 +613,10 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
     return j.w[0].scale_type == kBF16 ? __uint_as_float(h << 16) : f16_to_float(static_cast<uint16_t>(h));
   };
   // Programmatic launch: this kernel may start while the one before it still runs (pdl_begin waits for it). Model
-  // weights are not written by it, so with early loads (VATIC_GEMV_EARLY=1) decode's launches (one or two input
-  // rows) issue their first loads before the wait, and the DRAM round trip overlaps that kernel's tail; a weight
-  // computed by it (Weight::computed) is loaded after. Verification launches, and every launch without early loads,
-  // load as before (in the loop for bf16): they are sensitive to register allocation.
+  // weights are not written by it, so with early loads (the default; VATIC_GEMV_EARLY=0 turns them off) decode's
+  // launches (one or two input rows) issue their first loads before the wait, and the DRAM round trip overlaps that
+  // kernel's tail; a weight computed by it (Weight::computed) is loaded after. Verification launches, and every
+  // launch without early loads, load as before (in the loop for bf16): they are sensitive to register allocation.
   const bool early = TT <= 2 && j.early;
   if (early) load_chunks(first);
   pdl_begin();

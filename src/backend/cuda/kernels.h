@@ -50,7 +50,7 @@ void set_programmatic_launch(bool on);
 // speculative decoding equals plain decoding under both.
 void set_gemv_tensor_cores(bool on);
 // With programmatic launch, a chunked GEMV issues its first weight loads before it waits on the kernel before it
-// (whose tail then overlaps them), unless a weight is `computed`. Off by default (docs/gpu.md).
+// (whose tail then overlaps them), unless a weight is `computed`. The backend turns it on (docs/gpu.md).
 void set_gemv_early(bool on);
 // How finely work is split (values <= 0 keep the defaults): the warps a chunked GEMV aims for when splitting each
 // row's K, and the fewest slots per split of decode attention.

@@ -236,23 +236,24 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
   std::printf("%-10s %8.2f %10.2f %10.1f %12.2f %9.0f%%\n", fmt::format("tg{}", o.tokens).c_str(), 1.0 / t_decode,
               1e3 * t_decode, wbytes / t_decode / 1e9, floor_ms, 100.0 * floor_ms / (1e3 * t_decode));
 
-  if (!dev.is_cpu()) {
-    // Where one decode step's device time goes, operation by operation (launch gaps excluded). A state of its own,
-    // so that the step runs op by op rather than replaying the graph recorded for `st`.
+  // Where one forward's device time goes, operation by operation (launch gaps excluded), from a state of its own:
+  // no graph is recorded while profiling, so it runs op by op rather than replaying the graphs recorded for `st`.
+  // One step first, not counted: a state restored from a snapshot holds just its entries, so a full-attention
+  // cache grows on its first step (a copy of every entry; the timed runs pay it in their first repetition only).
+  // With `pick`, the greedy choice from the last logits row is part of it, as in decoding.
+  auto print_breakdown = [&](const char* what, const std::vector<int32_t>& toks, int64_t n_out, bool pick) {
     auto pst = lm->new_state();
     pst->restore(snap);
-    // One step first: a fresh state restored from a snapshot holds just its entries, so a full-attention cache
-    // grows on its first step (a copy of every entry; the timed runs above pay it in their first repetition only).
-    // The breakdown is of the step after it.
     Backend& be = backend_for(dev);
-    be.set_profiling(true);  // (which also keeps both steps eager: no graph is recorded while profiling)
-    const int32_t second = best_token(lm->forward(*pst, {first}, 1).logits);
+    be.set_profiling(true);
+    lm->forward(*pst, {first}, 1);
     be.take_profile();
-    ForwardResult d = lm->forward(*pst, {second}, 1);
-    best_token(d.logits);
+    ForwardResult d = lm->forward(*pst, toks, n_out);
+    if (pick) best_token(d.logits);
     be.set_profiling(false);
-    print_profile("decode step", be.take_profile());
-  }
+    print_profile(what, be.take_profile());
+  };
+  if (!dev.is_cpu()) print_breakdown("decode step", {first}, 1, true);
 
   // One-token step and verify forwards over K+1 tokens, each from the same prefilled state.
   auto step_time = [&](int n) {
@@ -302,18 +303,8 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
       }
       std::printf("\n");
     }
-    if (!dev.is_cpu() && o.max_verify >= 4) {
-      // Where a verification of four drafts (five tokens) goes, operation by operation, beside the decode step's
-      // breakdown above.
-      auto pst = lm->new_state();
-      pst->restore(snap);
-      lm->forward(*pst, {first}, 1);  // the cache's growth, as for the decode step's breakdown
-      Backend& be = backend_for(dev);
-      be.set_profiling(true);
-      lm->forward(*pst, random_tokens(5, V, 104), 5);
-      be.set_profiling(false);
-      print_profile("verification of K=4", be.take_profile());
-    }
+    // Where a verification of four drafts (five tokens) goes, beside the decode step's breakdown above.
+    if (!dev.is_cpu() && o.max_verify >= 4) print_breakdown("verification of K=4", random_tokens(5, V, 104), 5, false);
   }
 
   // The drafter: a DRAFT model, or the one the target carries (GLM's MTP layer).

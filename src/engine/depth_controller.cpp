@@ -8,7 +8,9 @@ namespace vatic {
 namespace {
 constexpr double kCostAlpha = 0.3;
 constexpr double kAcceptAlpha = 0.1;
-constexpr int kTrustedSamples = 6;
+// Samples of a position before its acceptance is trusted (and the depth one deeper may be chosen); its estimate is
+// their mean this early (record), so three are enough to climb a depth in a short reply.
+constexpr int kTrustedSamples = 3;
 }  // namespace
 
 DepthController::DepthController(int max_depth)
@@ -40,6 +42,10 @@ double DepthController::cost(int n) const {
   // deeper round look cheaper than a shallower one.
   double c = raw_cost(n);
   for (int k = 0; k < n; k++) c = std::max(c, raw_cost(k));
+  // Nor can a shallower round cost more than a deeper one was measured to: noise only adds time, so one slow
+  // sample at depth 1 must not make every depth look slower than plain decoding.
+  for (int k = n + 1; k <= max_depth_; k++)
+    if (cost_[k] > 0) c = std::min(c, cost_[k]);
   return c;
 }
 
@@ -83,10 +89,13 @@ int DepthController::best() const {
 
 int DepthController::next() {
   if (max_depth_ == 0) return 0;
-  // Seed the cost model: depth 1 and 0 first.
+  // Seed the cost model: the deepest depth and 0 first. Depths between them are then interpolated from the two; a
+  // deep round's cost says what each extra draft adds, which depth 1's cost alone did not (on a CPU a verification
+  // of two tokens costs about 1.5 steps, one of five about 2.5, so depth 1 can look no better than plain decoding
+  // while depth 3 or 4 is far better).
   if (!cost_ready()) {
     last_was_probe_ = false;
-    return cost_[1] <= 0 ? 1 : 0;
+    return cost_[max_depth_] <= 0 ? max_depth_ : 0;
   }
   int sel = best();
   if (sel != selected_) {
@@ -112,13 +121,17 @@ void DepthController::record(int depth, int accepted, double seconds) {
   if (depth < 0 || depth > max_depth_) return;
   // Timing noise only ever adds time (a descheduled thread, a page fault), so the estimate follows a faster
   // round quickly and a slower one cautiously: at most 25% of the estimate per sample. The first round after a
-  // depth change may carry one-off costs, so it only seeds a depth that has no estimate yet.
+  // depth change may carry one-off costs, so it neither seeds a depth that has no estimate yet nor raises one.
   if (seconds > 0) {
     double& c = cost_[depth];
     if (c <= 0) {
       if (depth == last_depth_) c = seconds;
     } else if (seconds < c) {
       c += 0.5 * (seconds - c);
+    } else if (depth != last_depth_) {
+      // A probe (or any round right after a change) pays the change's one-off costs (the drafter's weights and the
+      // idle worker to bring back): it may lower an estimate, never raise it. Otherwise depth 0, once chosen,
+      // stayed chosen for dozens of rounds while probes one deeper kept looking slow.
     } else {
       c += kCostAlpha * std::min(seconds - c, 0.25 * c);
     }
@@ -126,8 +139,10 @@ void DepthController::record(int depth, int accepted, double seconds) {
   last_depth_ = depth;
   for (int i = 0; i < depth; i++) {
     const bool ok = i < accepted;
-    accept_[i] = accept_n_[i] == 0 ? (ok ? 1.0 : 0.0) : accept_[i] + kAcceptAlpha * ((ok ? 1.0 : 0.0) - accept_[i]);
+    // The mean of the samples until there are 1 / kAcceptAlpha of them, a moving average after: an average
+    // started at its first sample took one early rejection for an acceptance near 0 for a dozen samples.
     accept_n_[i]++;
+    accept_[i] += std::max(kAcceptAlpha, 1.0 / accept_n_[i]) * ((ok ? 1.0 : 0.0) - accept_[i]);
     if (!ok) break;  // positions after a rejection were not tested
   }
 }

@@ -128,11 +128,10 @@ void DepthController::record(int depth, int accepted, double seconds) {
       if (depth == last_depth_) c = seconds;
     } else if (seconds < c) {
       c += 0.5 * (seconds - c);
-    } else if (depth != last_depth_) {
+    } else if (depth == last_depth_) {
       // A probe (or any round right after a change) pays the change's one-off costs (the drafter's weights and the
       // idle worker to bring back): it may lower an estimate, never raise it. Otherwise depth 0, once chosen,
       // stayed chosen for dozens of rounds while probes one deeper kept looking slow.
-    } else {
       c += kCostAlpha * std::min(seconds - c, 0.25 * c);
     }
   }

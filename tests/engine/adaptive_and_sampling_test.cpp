@@ -89,6 +89,36 @@ TEST(AdaptiveDepth, ClimbsToTheMaximumWhenDraftsAlwaysAgree) {
   EXPECT_GT(s.acceptance_length(), 3.0);
 }
 
+// The controller's bookkeeping alone, with made-up round times.
+TEST(AdaptiveDepth, SeedsTheDeepestDepthAndZeroAndKeepsSlowProbesFromRaisingCosts) {
+  DepthController d(4);
+  // The deepest depth is measured first, then plain decoding; a depth's first round after a change only seeds it
+  // once it is run again (its one-off costs are not taken for its cost).
+  EXPECT_EQ(d.next(), 4);
+  d.record(4, 0, 0.010);  // position 0 rejected once ...
+  EXPECT_EQ(d.next(), 4);
+  d.record(4, 4, 0.010);  // ... then accepted twice: its acceptance is the mean of the three samples
+  d.record(4, 4, 0.010);
+  EXPECT_EQ(d.next(), 0);
+  d.record(0, 0, 0.004);
+  EXPECT_EQ(d.next(), 0);
+  d.record(0, 0, 0.004);
+  EXPECT_NEAR(d.acceptance(0), 2.0 / 3.0, 1e-12);
+  // The cost the controller assumes for depth n (its rate is expected tokens over cost).
+  auto cost = [&](int n) { return d.expected_tokens(n) / d.expected_rate(n); };
+  EXPECT_DOUBLE_EQ(cost(4), 0.010);
+  // A slow round right after a change (depth 0 ran last) does not raise depth 4's cost; the same time in a row does,
+  // by at most a quarter of the estimate at the moving average's rate: 10 ms + 0.3 · 2.5 ms.
+  d.record(4, 4, 1.0);
+  EXPECT_DOUBLE_EQ(cost(4), 0.010);
+  d.record(4, 4, 1.0);
+  EXPECT_DOUBLE_EQ(cost(4), 0.01075);
+  // A shallower depth is never taken to cost more than a deeper one was measured to.
+  d.record(1, 1, 0.020);
+  d.record(1, 1, 0.020);
+  EXPECT_DOUBLE_EQ(cost(1), 0.01075);
+}
+
 TEST(AdaptiveDepth, RecoversAfterDraftsStartToPay) {
   // First useless drafts (depth falls), then the oracle on the same controller: depth climbs back.
   auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")), test_device());

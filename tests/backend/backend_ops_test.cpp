@@ -211,7 +211,9 @@ TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
   };
   for (DType wt : {DType::BF16, DType::F32}) {
     for (const Case c : {Case{37, 129, 7}, Case{37, 129, 9}, Case{64, 256, 3}, Case{64, 256, 9}, Case{21, 1536, 7},
-                         Case{70, 1024, 8}, Case{19, 2100, 9}, Case{33, 300, 31}}) {
+                         Case{70, 1024, 8}, Case{19, 2100, 9}, Case{33, 300, 31},
+                         // verification tiles of 2 to 5 tokens: K % 64 == 32 (a last half chunk), odd row counts
+                         Case{64, 288, 5}, Case{33, 768, 4}, Case{16, 544, 2}, Case{35, 352, 3}}) {
       SCOPED_TRACE(std::string(dtype_name(wt)) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
                    " T=" + std::to_string(c.T));
       Linear w;

@@ -287,10 +287,12 @@ __attribute__((always_inline)) inline void dense_row_tile_one(const float* x, in
         V::load_w2(w + r * ldw + kk, we, wo);
         // Verification (two tokens or more) spends several FMAs per weight vector, and the hardware prefetchers
         // then fell behind the stream of rows: the demo's 23 MB at T = 5 took about compute plus transfer time.
-        // 2 KB ahead (a few rows at the demo's widths); a prefetch never faults. Decode (T = 1) keeps its stream
-        // as it was (prefetching it was slower; see docs/performance.md).
+        // 8 KB ahead (16 rows at the demo's K = 256), into L2 only (locality 2: prefetcht1): 2 KB ahead into L1
+        // as well left a verification of two tokens at 1.4-1.5 decode steps, now about one (docs/performance.md,
+        // seventeenth round). A prefetch never faults. Decode (T = 1) keeps its stream as it was (prefetching it
+        // was slower).
         if constexpr (V::W > 1 && TR >= 2)
-          __builtin_prefetch(reinterpret_cast<const char*>(w + r * ldw + kk) + 2048, 0, 3);
+          __builtin_prefetch(reinterpret_cast<const char*>(w + r * ldw + kk) + 8192, 0, 2);
 #pragma GCC unroll 8
         for (int t = 0; t < TR; t++) {
           a[r][t][i] = V::fma(we, V::loadx(x + t * ldx + kk), a[r][t][i]);

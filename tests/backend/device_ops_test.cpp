@@ -597,7 +597,8 @@ TEST(DeviceOps, FusedNormsAndGatedMatmul) {
 // An output projection with the residual add (and the next norm) after it, in one op: against the CPU's
 // composition, in every weight layout the decode path takes, past 8 rows (composed) and at widths the GEMV fills
 // unevenly; and a row's result does not depend on how many rows go with it (decode and verification agree bit for
-// bit). Several launches in a row check that the fused kernel leaves its completion counter ready for the next.
+// bit). Several launches in a row check that the fused kernel leaves its completion counter ready for the next
+// (with VATIC_FUSED_NORMS=0 one-row launches take the GEMV and the norm kernel: run this test with it set too).
 TEST(DeviceOps, ProjectionWithResidualNorm) {
   FOR_EACH_DEVICE([](Device dev) {
     Backend& be = backend_for(dev);

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <utility>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <cstring>
@@ -270,6 +271,10 @@ class CudaBackend final : public Backend {
     // Tuning knobs for measurements (docs/gpu.md): VATIC_GEMV_WARPS, VATIC_ATTENTION_SPLIT_KEYS.
     cuda::set_launch_shape(env_int("VATIC_GEMV_WARPS", 0, 1, 1 << 30),
                            env_int("VATIC_ATTENTION_SPLIT_KEYS", 0, 1, 1 << 30));
+    // The residual norm of a one-row projection in the GEMV's last block, or with VATIC_FUSED_NORMS=0 in its own
+    // launch after the GEMV, as verification's rows take it (the same row function; docs/gpu.md).
+    fused_norms_ = !env_is("VATIC_FUSED_NORMS", "0");
+    start_kernel_trace();
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
     cublasSetStream(blas_, stream_);
@@ -287,6 +292,31 @@ class CudaBackend final : public Backend {
     CUDA_OK(cudaMemset(counter_dev_, 0, counters), "cudaMemset");
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&distinct_experts_dev_), sizeof(unsigned long long)), "cudaMalloc");
     CUDA_OK(cudaMemset(distinct_experts_dev_, 0, sizeof(unsigned long long)), "cudaMemset");
+  }
+
+  // VATIC_KERNEL_TRACE=FILE (measurements, docs/gpu.md): every kernel launch records its pdl_begin line, grid
+  // width and start time in host memory, written to FILE as CSV when the process exits.
+  static void start_kernel_trace() {
+    static const char* path = std::getenv("VATIC_KERNEL_TRACE");
+    static unsigned long long* records = nullptr;
+    constexpr unsigned kCapacity = 1u << 21;
+    if (!path || !*path || records) return;
+    void* host = nullptr;
+    if (cudaHostAlloc(&host, sizeof(unsigned long long) * 2 * kCapacity, cudaHostAllocMapped) != cudaSuccess) return;
+    std::memset(host, 0, sizeof(unsigned long long) * 2 * kCapacity);
+    void* dev = nullptr;
+    if (cudaHostGetDevicePointer(&dev, host, 0) != cudaSuccess ||
+        !cuda::set_kernel_trace(static_cast<unsigned long long*>(dev), kCapacity))
+      return;
+    records = static_cast<unsigned long long*>(host);
+    std::atexit([] {
+      std::FILE* f = std::fopen(path, "w");
+      if (!f) return;
+      std::fprintf(f, "line,grid,ns\n");
+      for (unsigned i = 0; i < kCapacity && records[2 * i + 1]; i++)
+        std::fprintf(f, "%llu,%llu,%llu\n", records[2 * i] >> 32, records[2 * i] & 0xffffffffull, records[2 * i + 1]);
+      std::fclose(f);
+    });
   }
 
   Device device() const override { return device_; }
@@ -555,9 +585,9 @@ class CudaBackend final : public Backend {
   void matmul_add_rms_norm(const Tensor& a, const Linear& W, const Tensor& x, const Tensor* w, float eps, float s,
                            const Tensor& y, const Tensor* w_next, const Tensor* n) override {
     const int64_t T = a.ndim() == 2 ? a.dim(0) : 0, K = a.ndim() == 2 ? a.dim(1) : 0, N = W.out_features();
-    // One row (decode): the GEMV's last block adds and normalises. Several rows take the GEMV and then the norm
-    // kernel, whose row arithmetic is the same (docs/gpu.md).
-    const bool fits = T == 1 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
+    // One row (decode): the GEMV's last block adds and normalises (unless VATIC_FUSED_NORMS=0). Several rows take
+    // the GEMV and then the norm kernel, whose row arithmetic is the same (docs/gpu.md).
+    const bool fits = fused_norms_ && T == 1 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
                       (!W.quantized() || K % W.group == 0) && x.dtype() == DType::F32 && x.is_contiguous() &&
                       y.is_contiguous() && x.numel() == T * N && y.numel() == T * N &&
                       (!n || (n->is_contiguous() && n->numel() == T * N));
@@ -1141,6 +1171,7 @@ class CudaBackend final : public Backend {
   int* flag_host_ = nullptr;
   int* flag_dev_ = nullptr;
   unsigned* counter_dev_ = nullptr;
+  bool fused_norms_ = true;
   unsigned long long* distinct_experts_dev_ = nullptr;  // counted while profiling (take_counts)
   bool profiling_ = false;
   bool recording_ = false;

@@ -172,12 +172,30 @@ int blocks_for(int64_t n, int threads = kThreads) {
 // stream still runs, so that its launch and block scheduling overlap that kernel's work. Every kernel begins with
 // pdl_begin(): it waits until the kernels before it have finished and their writes are visible (so it reads and
 // writes nothing before that), then lets the next kernel launch. Without the launch attribute both are no-ops.
-__device__ __forceinline__ void pdl_begin() {
+//
+// With a kernel trace on (set_kernel_trace), the first thread of each launch's first block also records, once the
+// wait is over, the source line of its pdl_begin call, its grid's width and the global timer, in host memory: the
+// time between two records is the time a kernel adds to the stream, also inside a replayed graph.
+__constant__ unsigned long long* c_trace = nullptr;  // pairs (line << 32 | grid width, global timer in ns)
+__constant__ unsigned c_trace_cap = 0;
+__device__ unsigned g_trace_next = 0;
+
+__device__ __forceinline__ void pdl_begin_at(unsigned line) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("griddepcontrol.wait;" ::: "memory");
   asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
 #endif
+  if (threadIdx.x == 0 && blockIdx.x == 0 && blockIdx.y == 0 && blockIdx.z == 0 && c_trace) {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    const unsigned i = atomicAdd(&g_trace_next, 1u);
+    if (i < c_trace_cap) {
+      c_trace[2 * i] = static_cast<unsigned long long>(line) << 32 | gridDim.x;
+      c_trace[2 * i + 1] = t;
+    }
+  }
 }
+#define pdl_begin() pdl_begin_at(__LINE__)
 
 bool g_pdl = false;
 bool g_gemv_mma = false;
@@ -1972,6 +1990,12 @@ __global__ void route_kernel(RouteArgs a) {
 void set_programmatic_launch(bool on) { g_pdl = on; }
 void set_gemv_tensor_cores(bool on) { g_gemv_mma = on; }
 void set_gemv_early(bool on) { g_gemv_early = on; }
+bool set_kernel_trace(unsigned long long* records, unsigned capacity) {
+  unsigned zero = 0;
+  return cudaMemcpyToSymbol(c_trace, &records, sizeof(records)) == cudaSuccess &&
+         cudaMemcpyToSymbol(c_trace_cap, &capacity, sizeof(capacity)) == cudaSuccess &&
+         cudaMemcpyToSymbol(g_trace_next, &zero, sizeof(zero)) == cudaSuccess;
+}
 void set_launch_shape(int gemv_warps, int split_keys) {
   if (gemv_warps > 0) g_gemv_warps = gemv_warps;
   if (split_keys > 0) g_split_keys = split_keys;

@@ -55,6 +55,10 @@ void set_gemv_early(bool on);
 // How finely work is split (values <= 0 keep the defaults): the warps a chunked GEMV aims for when splitting each
 // row's K, and the fewest slots per split of decode attention.
 void set_launch_shape(int gemv_warps, int split_keys);
+// Kernel trace for measurements: every launch from now on writes (source line of its pdl_begin << 32 | grid
+// width, global timer ns) to records[2i], records[2i + 1] (device-visible host memory) for its first `capacity`
+// launches. False where the device refused.
+bool set_kernel_trace(unsigned long long* records, unsigned capacity);
 
 void copy(const View& src, const View& dst, cudaStream_t s);
 void fill(const View& dst, float value, cudaStream_t s);

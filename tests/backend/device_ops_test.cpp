@@ -662,7 +662,10 @@ TEST(DeviceOps, Attention) {
                    Case{1, 2000, 20, 1, 576, 512, 0, 0, true}, Case{1, 3000, 2, 1, 64, 64, 10, 0, false},
                    // Long caches whose key heads serve 4 or 8 query heads, several queries, windows, empty slots.
                    Case{3, 2500, 8, 2, 256, 256, 0, 7, false}, Case{2, 3000, 8, 1, 512, 512, 0, 0, false},
-                   Case{1, 4100, 16, 2, 128, 128, 1000, 0, false}, Case{8, 2048, 8, 2, 512, 512, 600, 3, false}}) {
+                   Case{1, 4100, 16, 2, 128, 128, 1000, 0, false}, Case{8, 2048, 8, 2, 512, 512, 600, 3, false},
+                   // Sliding-window rings and short caches of more query heads (the cluster kernel's other shape).
+                   Case{2, 528, 16, 8, 256, 256, 512, 3, false}, Case{1, 256, 32, 4, 512, 512, 0, 0, false},
+                   Case{3, 528, 32, 16, 256, 256, 100, 0, false}}) {
       SCOPED_TRACE(fmt::format("T={} S={} Hq={} Hkv={} D={} Dv={} window={}", c.T, c.S, c.Hq, c.Hkv, c.D, c.Dv,
                                c.window));
       Tensor qbuf = random_host({c.T, c.Hq, c.D + 2});
@@ -697,7 +700,8 @@ TEST(DeviceOps, AttentionDecodeRowsEqualVerifyRowsBitForBit) {
       int window;
     };
     for (Case c : {Case{544, 8, 256, 512}, Case{4000, 8, 512, 0}, Case{1200, 20, 64, 0}, Case{300, 2, 128, 0},
-                   Case{3000, 4, 256, 700}, Case{2100, 8, 128, 0}}) {
+                   Case{3000, 4, 256, 700}, Case{2100, 8, 128, 0}, Case{256, 16, 512, 0}, Case{528, 32, 256, 512},
+                   Case{40, 8, 64, 0}}) {
       SCOPED_TRACE(fmt::format("S={} Hq={} D={} window={}", c.S, c.Hq, c.D, c.window));
       const int64_t T = 8;
       Tensor q = on(dev, random_host({T, c.Hq, c.D}));

@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <utility>
 #include <chrono>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
@@ -263,6 +264,7 @@ class CudaBackend final : public Backend {
     // Decode GEMVs that load their first weights before waiting on the kernel before them (VATIC_GEMV_EARLY=0 turns
     // it off).
     cuda::set_gemv_early(!env_is("VATIC_GEMV_EARLY", "0"));
+    cuda::set_cluster_attention(!env_is("VATIC_CLUSTER_ATTENTION", "0"));
     // bf16 prefill GEMMs on tensor cores (compute capability 8.0 and later; VATIC_TENSOR_CORES=0: SGEMM), and the
     // bf16 GEMV of decode and verification too with VATIC_GEMV_TENSOR_CORES=1 (cheaper verification, slower decode:
     // docs/gpu.md).
@@ -271,9 +273,9 @@ class CudaBackend final : public Backend {
     // Tuning knobs for measurements (docs/gpu.md): VATIC_GEMV_WARPS, VATIC_ATTENTION_SPLIT_KEYS.
     cuda::set_launch_shape(env_int("VATIC_GEMV_WARPS", 0, 1, 1 << 30),
                            env_int("VATIC_ATTENTION_SPLIT_KEYS", 0, 1, 1 << 30));
-    // The residual norm of a one-row projection in the GEMV's last block, or with VATIC_FUSED_NORMS=0 in its own
-    // launch after the GEMV, as verification's rows take it (the same row function; docs/gpu.md).
-    fused_norms_ = !env_is("VATIC_FUSED_NORMS", "0");
+    // The residual norm of a one-row projection in its own launch after the GEMV, as verification's rows take it,
+    // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md).
+    fused_norms_ = env_is("VATIC_FUSED_NORMS", "1");
     start_kernel_trace();
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
@@ -301,17 +303,29 @@ class CudaBackend final : public Backend {
     static unsigned long long* records = nullptr;
     constexpr unsigned kCapacity = 1u << 21;
     if (!path || !*path || records) return;
+    auto give_up = [](const char* why) {
+      std::fprintf(stderr, "vatic: VATIC_KERNEL_TRACE=%s: no trace will be written (%s)\n", path, why);
+    };
     void* host = nullptr;
-    if (cudaHostAlloc(&host, sizeof(unsigned long long) * 2 * kCapacity, cudaHostAllocMapped) != cudaSuccess) return;
+    if (cudaHostAlloc(&host, sizeof(unsigned long long) * 2 * kCapacity, cudaHostAllocMapped) != cudaSuccess) {
+      cudaGetLastError();
+      return give_up("mapped host memory could not be allocated");
+    }
     std::memset(host, 0, sizeof(unsigned long long) * 2 * kCapacity);
     void* dev = nullptr;
     if (cudaHostGetDevicePointer(&dev, host, 0) != cudaSuccess ||
-        !cuda::set_kernel_trace(static_cast<unsigned long long*>(dev), kCapacity))
-      return;
+        !cuda::set_kernel_trace(static_cast<unsigned long long*>(dev), kCapacity)) {
+      cudaGetLastError();
+      cudaFreeHost(host);
+      return give_up("the kernels could not be given the trace buffer");
+    }
     records = static_cast<unsigned long long*>(host);
     std::atexit([] {
       std::FILE* f = std::fopen(path, "w");
-      if (!f) return;
+      if (!f) {
+        std::fprintf(stderr, "vatic: VATIC_KERNEL_TRACE=%s: cannot open the file: %s\n", path, std::strerror(errno));
+        return;
+      }
       std::fprintf(f, "line,grid,ns\n");
       for (unsigned i = 0; i < kCapacity && records[2 * i + 1]; i++)
         std::fprintf(f, "%llu,%llu,%llu\n", records[2 * i] >> 32, records[2 * i] & 0xffffffffull, records[2 * i + 1]);
@@ -585,8 +599,8 @@ class CudaBackend final : public Backend {
   void matmul_add_rms_norm(const Tensor& a, const Linear& W, const Tensor& x, const Tensor* w, float eps, float s,
                            const Tensor& y, const Tensor* w_next, const Tensor* n) override {
     const int64_t T = a.ndim() == 2 ? a.dim(0) : 0, K = a.ndim() == 2 ? a.dim(1) : 0, N = W.out_features();
-    // One row (decode): the GEMV's last block adds and normalises (unless VATIC_FUSED_NORMS=0). Several rows take
-    // the GEMV and then the norm kernel, whose row arithmetic is the same (docs/gpu.md).
+    // One row with VATIC_FUSED_NORMS=1: the GEMV's last block adds and normalises. Otherwise the GEMV and then the
+    // norm kernel, whose row arithmetic is the same (docs/gpu.md).
     const bool fits = fused_norms_ && T == 1 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
                       (!W.quantized() || K % W.group == 0) && x.dtype() == DType::F32 && x.is_contiguous() &&
                       y.is_contiguous() && x.numel() == T * N && y.numel() == T * N &&
@@ -1171,7 +1185,7 @@ class CudaBackend final : public Backend {
   int* flag_host_ = nullptr;
   int* flag_dev_ = nullptr;
   unsigned* counter_dev_ = nullptr;
-  bool fused_norms_ = true;
+  bool fused_norms_ = false;
   unsigned long long* distinct_experts_dev_ = nullptr;  // counted while profiling (take_counts)
   bool profiling_ = false;
   bool recording_ = false;

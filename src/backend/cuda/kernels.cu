@@ -1,5 +1,6 @@
 // CUDA kernels of the device backend. Correctness first: every kernel computes in F32 with the same formulas as the
 // CPU backend (accurate expf/tanhf/sincosf, no fast-math), so parity with the CPU holds to rounding.
+#include <cooperative_groups.h>
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -201,6 +202,7 @@ bool g_pdl = false;
 bool g_gemv_mma = false;
 bool g_gemv_early = false;
 int g_gemv_warps = 4096;  // a chunked GEMV splits K until it has about this many warps
+bool g_cluster_attention = true;  // VATIC_CLUSTER_ATTENTION=0 turns the cluster decode attention off
 int g_split_keys = 16;    // decode attention splits the slots until a split has fewer than twice this many
 
 template <typename... Params, typename... Args>
@@ -216,6 +218,26 @@ void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaS
   config.attrs = attribute;
   config.numAttrs = g_pdl ? 1 : 0;
   // A failed launch is left in cudaGetLastError for the backend's check after each op.
+  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+}
+
+// The same with thread block clusters of `cluster` blocks along y.
+template <typename... Params, typename... Args>
+void launch_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster, cudaStream_t s,
+                     Args&&... args) {
+  cudaLaunchConfig_t config = {};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.stream = s;
+  cudaLaunchAttribute attribute[2];
+  attribute[0].id = cudaLaunchAttributeClusterDimension;
+  attribute[0].val.clusterDim.x = 1;
+  attribute[0].val.clusterDim.y = cluster;
+  attribute[0].val.clusterDim.z = 1;
+  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute[1].val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = attribute;
+  config.numAttrs = g_pdl ? 2 : 1;
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
@@ -1392,11 +1414,19 @@ __device__ __forceinline__ bool key_visible(int32_t pk, int32_t pq, int window) 
 // positions from the batch before, so that empty slots and keys out of sight are never read. The warps then merge
 // through shared memory, and the splits as in attention_kernel. Every order of summation depends on the head dims,
 // the slots and the split only, never on the query count.
+//
+// Over a short run of slots (a sliding window, a short context) the splits of a (query, head) form one thread block
+// cluster instead (`Cluster`): each block leaves its (max, denominator, numerators) in its own shared memory, and
+// after one cluster barrier every block merges a slice of the value dims from all of them through distributed
+// shared memory. That takes the fence, the counter's atomic and the last block's loads from L2 (four round trips
+// after the keys) out of the kernel's chain.
 constexpr int kDecodeWarps = 4;
+constexpr int kClusterSplits = 8;  // the portable cluster size
 
-template <int N>
-__global__ void __launch_bounds__(32 * kDecodeWarps) attention_decode_kernel(AttentionArgs a, float* partial,
-                                                                              unsigned* counters) {
+template <int N, int W = kDecodeWarps, bool Cluster = false>
+__global__ void __launch_bounds__(32 * W) attention_decode_kernel(AttentionArgs a, float* partial,
+                                                                  unsigned* counters) {
+  constexpr int kDecodeWarps = W;     // NOLINT: the warps of this instantiation
   constexpr int KB = N <= 2 ? 4 : 2;  // keys in flight per warp
   __shared__ float4 accs[kDecodeWarps][32 * N];
   __shared__ float ms[kDecodeWarps], ls[kDecodeWarps];
@@ -1505,18 +1535,63 @@ __global__ void __launch_bounds__(32 * kDecodeWarps) attention_decode_kernel(Att
     for (int w = 0; w < kDecodeWarps; w++) num += c[w] * accf[w * 128 * N + d];
     return num;
   };
-  if (gridDim.y > 1) {
-    float* part = partial + (static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y) * (a.Dv + 2);
-    for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) part[2 + d] = M == -INFINITY ? 0.0f : numerator(d);
+  if constexpr (Cluster) {
+    // This block's row, then the cluster's: block r of the cluster writes value dims [r·per, (r+1)·per), summing
+    // the splits in order 0, 1, ... from each block's shared memory.
+    __shared__ float part[kMaxAttentionDv];
+    __shared__ float part_m, part_l;
+    for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) part[d] = M == -INFINITY ? 0.0f : numerator(d);
     if (threadIdx.x == 0) {
-      part[0] = M;
-      part[1] = M == -INFINITY ? 0.0f : den;
+      part_m = M;
+      part_l = M == -INFINITY ? 0.0f : den;
     }
-    finish_split(a, partial, counters, t, h);
+    namespace cg = cooperative_groups;
+    cg::cluster_group cluster = cg::this_cluster();
+    cluster.sync();
+    const int R = static_cast<int>(gridDim.y);  // the cluster spans the splits
+    float mr[kClusterSplits], lr[kClusterSplits];
+#pragma unroll
+    for (int r = 0; r < kClusterSplits; r++) {
+      mr[r] = r < R ? *cluster.map_shared_rank(&part_m, r) : -INFINITY;
+      lr[r] = r < R ? *cluster.map_shared_rank(&part_l, r) : 0.0f;
+    }
+    float Mc = -INFINITY;
+#pragma unroll
+    for (int r = 0; r < kClusterSplits; r++) Mc = fmaxf(Mc, mr[r]);
+    float dc = 0.0f;
+#pragma unroll
+    for (int r = 0; r < kClusterSplits; r++) {
+      mr[r] = mr[r] == -INFINITY ? 0.0f : expf(mr[r] - Mc);  // each split's weight
+      dc += mr[r] * lr[r];
+    }
+    const int64_t per = (a.Dv + R - 1) / R, d_end = min(a.Dv, (blockIdx.y + 1) * per);
+    float* o = a.out + t * a.soT + h * a.soH;
+    for (int64_t d = blockIdx.y * per + threadIdx.x; d < d_end; d += blockDim.x) {
+      float v[kClusterSplits];
+#pragma unroll
+      for (int r = 0; r < kClusterSplits; r++) v[r] = r < R ? cluster.map_shared_rank(part, r)[d] : 0.0f;
+      float num = 0.0f;
+#pragma unroll
+      for (int r = 0; r < kClusterSplits; r++)
+        if (r < R) num += mr[r] * v[r];
+      o[d] = Mc == -INFINITY ? 0.0f : num / dc;
+    }
+    cluster.sync();  // no block leaves while another still reads its shared memory
     return;
+  } else {
+    if (gridDim.y > 1) {
+      float* part = partial + (static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y) * (a.Dv + 2);
+      for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) part[2 + d] = M == -INFINITY ? 0.0f : numerator(d);
+      if (threadIdx.x == 0) {
+        part[0] = M;
+        part[1] = M == -INFINITY ? 0.0f : den;
+      }
+      finish_split(a, partial, counters, t, h);
+      return;
+    }
+    float* o = a.out + t * a.soT + h * a.soH;
+    for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) o[d] = M == -INFINITY ? 0.0f : numerator(d) / den;
   }
-  float* o = a.out + t * a.soT + h * a.soH;
-  for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) o[d] = M == -INFINITY ? 0.0f : numerator(d) / den;
 }
 
 
@@ -1990,6 +2065,7 @@ __global__ void route_kernel(RouteArgs a) {
 void set_programmatic_launch(bool on) { g_pdl = on; }
 void set_gemv_tensor_cores(bool on) { g_gemv_mma = on; }
 void set_gemv_early(bool on) { g_gemv_early = on; }
+void set_cluster_attention(bool on) { g_cluster_attention = on; }
 bool set_kernel_trace(unsigned long long* records, unsigned capacity) {
   unsigned zero = 0;
   return cudaMemcpyToSymbol(c_trace, &records, sizeof(records)) == cudaSuccess &&
@@ -2265,6 +2341,24 @@ void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, con
   launch(rope_kernel, blocks_for(total), kThreads, 0, s, x, T, H, D, sT, sH, pos, inv_freq, n, interleaved);
 }
 
+int attention_decode_width(const AttentionArgs& a);
+
+// Decode attention over a short run of slots takes the cluster kernel: the splits (up to kClusterSplits, a power of
+// two, enough for one batch of keys each where the slots allow) merge through distributed shared memory. Its warps
+// per block come from the heads (16 for up to 8 query heads, else 8, so that a step's blocks fit the GPU at once),
+// and it is chosen when no split takes more than three batches. Like the split, this depends on the heads and the
+// slots only. Returns the splits, or 0 when the kernel does not apply.
+int attention_cluster_warps(const AttentionArgs& a) { return a.Hq <= 8 ? 16 : 8; }
+int attention_cluster_splits(const AttentionArgs& a) {
+  const int n = attention_decode_width(a);
+  if (!n || !g_cluster_attention) return 0;
+  const int64_t step = attention_cluster_warps(a) * (n <= 2 ? 4 : 2);  // keys of one batch over a block's warps
+  int64_t splits = 1;
+  while (splits < kClusterSplits && a.S > splits * step) splits *= 2;
+  const int64_t per_split = (a.S + splits - 1) / splits;
+  return per_split <= 3 * step ? static_cast<int>(splits) : 0;
+}
+
 int attention_splits(const AttentionArgs& a) {
   // Few (query, head) blocks over many keys leave most SMs idle, and each warp's keys follow one another: split the
   // keys so that one query's heads make up to a thousand blocks, each with at least 16 keys (one per warp). The
@@ -2287,7 +2381,7 @@ int attention_decode_width(const AttentionArgs& a) {
 }
 
 size_t attention_scratch_floats(const AttentionArgs& a) {
-  if (attention_tiles(a)) return 0;
+  if (attention_tiles(a) || attention_cluster_splits(a)) return 0;
   const int splits = attention_splits(a);
   return splits > 1 ? static_cast<size_t>(a.T * a.Hq * splits * (a.Dv + 2)) : 0;
 }
@@ -2302,6 +2396,22 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
     }
     dim3 grid(static_cast<unsigned>((a.T + kTileQ - 1) / kTileQ), static_cast<unsigned>(a.Hq));
     launch(attention_tile_kernel, grid, kTileThreads, attention_tile_smem(a), s, a, attention_tile_keys(a));
+    return;
+  }
+  if (const int cs = attention_cluster_splits(a)) {
+    const int n = attention_decode_width(a);
+    const dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(cs));
+    if (attention_cluster_warps(a) == 16) {
+      auto kernel = n == 1   ? attention_decode_kernel<1, 16, true>
+                    : n == 2 ? attention_decode_kernel<2, 16, true>
+                             : attention_decode_kernel<4, 16, true>;
+      launch_clusters(kernel, grid, 32 * 16, static_cast<unsigned>(cs), s, a, scratch, counters);
+    } else {
+      auto kernel = n == 1   ? attention_decode_kernel<1, 8, true>
+                    : n == 2 ? attention_decode_kernel<2, 8, true>
+                             : attention_decode_kernel<4, 8, true>;
+      launch_clusters(kernel, grid, 32 * 8, static_cast<unsigned>(cs), s, a, scratch, counters);
+    }
     return;
   }
   const int splits = attention_splits(a);

@@ -52,6 +52,8 @@ void set_gemv_tensor_cores(bool on);
 // With programmatic launch, a chunked GEMV issues its first weight loads before it waits on the kernel before it
 // (whose tail then overlaps them), unless a weight is `computed`. The backend turns it on (docs/gpu.md).
 void set_gemv_early(bool on);
+// Decode attention over a short run of slots in thread block clusters (on by default).
+void set_cluster_attention(bool on);
 // How finely work is split (values <= 0 keep the defaults): the warps a chunked GEMV aims for when splitting each
 // row's K, and the fewest slots per split of decode attention.
 void set_launch_shape(int gemv_warps, int split_keys);

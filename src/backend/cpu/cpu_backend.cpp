@@ -20,10 +20,13 @@ namespace {
 // Below about a million multiply-adds (a few hundred microseconds on one core) waking the other threads costs more
 // than it saves, and far more when the machine is busy with other work.
 constexpr int64_t kMinParallelWork = int64_t{1} << 20;
-// Matmuls split their output rows across threads from about 128 K multiply-adds (a few microseconds on one core):
-// the pool's workers spin between the ops of a step, so handing out an op costs well under a microsecond, and a
-// small model's decode (matrices of 0.1–1 M multiply-adds) gains from a second thread this way.
-constexpr int64_t kMinParallelMatmul = int64_t{1} << 17;
+// Matmuls split their output rows across threads from 32 K multiply-adds (about a microsecond on one core): the
+// pool's workers spin between the ops of a step, so handing out an op costs well under a microsecond, and a small
+// model's decode (matrices of 0.03–1 M multiply-adds) gains from a second thread this way. From 128 K, the demo
+// model's key and value projections of a two-token verification (2 × 64 × 256) and its drafter's 128-wide matrices
+// ran on one thread: the drafter pair at a fixed depth of 1, two threads, went 2656–2660 → 2838–2882 tok/s (best of
+// 30 runs) from 32 K (docs/performance.md, eighteenth round). Rows are independent: the split changes no bit.
+constexpr int64_t kMinParallelMatmul = int64_t{1} << 15;
 // Norms, activations and other elementwise ops: from 16 K values on (a prompt of 64 tokens at width 256), both
 // cores; below, one.
 constexpr int64_t kMinParallelElementwise = int64_t{1} << 14;

@@ -8,23 +8,43 @@ namespace vatic {
 namespace {
 constexpr double kCostAlpha = 0.3;
 constexpr double kAcceptAlpha = 0.1;
-// Samples of a position before its acceptance is trusted (and the depth one deeper may be chosen); its estimate is
-// their mean this early (record), so three are enough to climb a depth in a short reply.
+// Samples of a position before its acceptance is trusted (and the depth one deeper may be chosen); its
+// estimate is their mean this early (record), so three are enough to climb a depth in a short reply.
 constexpr int kTrustedSamples = 3;
+// A position's acceptance above an even chance is shrunk toward it by one pseudo-sample, so a position seen a
+// few times (the deep ones, sampled only by probes) does not look better than it has shown; it weighs little
+// once it has ten.
+constexpr double kPriorWeight = 1.0;
+constexpr double kPriorRate = 0.5;
+// Clean cost samples of depth 1 before plain decoding's cost is measured: the first rounds of a reply are
+// sometimes several times slower than later ones, and the two must not be compared on them.
+constexpr int kSeedZeroAfter = 4;
+// A depth's first clean samples: its estimate is their minimum, so one slow round cannot set it.
+constexpr int kSeedSamples = 2;
+// A deeper depth is chosen only when it promises this much more than the chosen one: estimates within 10 %
+// of each other are noise, and every change costs a round that measures nothing clean.
+constexpr double kSwitchMargin = 0.1;
+constexpr int kMaxProbeInterval = 64;
 }  // namespace
 
 DepthController::DepthController(int max_depth)
     : max_depth_(std::max(0, max_depth)),
       cost_(max_depth_ + 1, -1.0),
       accept_(max_depth_ + 1, 1.0),
-      accept_n_(max_depth_ + 1, 0) {}
+      accept_n_(max_depth_ + 1, 0),
+      cost_n_(max_depth_ + 1, 0),
+      selected_(std::min(1, max_depth_)) {}
 
 double DepthController::acceptance(int i) const {
   if (i < 0 || i > max_depth_) return 0.0;
-  if (accept_n_[i] >= kTrustedSamples) return accept_[i];
+  auto shrunk = [&](int j) {
+    const double n = std::min<double>(accept_n_[j], 1.0 / kAcceptAlpha);
+    return std::min(accept_[j], (n * accept_[j] + kPriorWeight * kPriorRate) / (n + kPriorWeight));
+  };
+  if (accept_n_[i] >= kTrustedSamples) return shrunk(i);
   // Untrusted positions inherit the deepest trusted rate below them (optimistic at first).
   for (int j = i - 1; j >= 0; j--)
-    if (accept_n_[j] >= kTrustedSamples) return accept_[j];
+    if (accept_n_[j] >= kTrustedSamples) return shrunk(j);
   return 1.0;
 }
 
@@ -51,7 +71,8 @@ double DepthController::cost(int n) const {
 
 double DepthController::raw_cost(int n) const {
   if (cost_[n] > 0) return cost_[n];
-  // Linear interpolation between sampled depths, flat outside.
+  // Linear interpolation between sampled depths; beyond the deepest, the line through the two deepest sampled
+  // depths (each further draft costs what the last measured one did). Below the shallowest, flat.
   int lo = -1, hi = -1;
   for (int k = n - 1; k >= 0; k--)
     if (cost_[k] > 0) {
@@ -64,18 +85,26 @@ double DepthController::raw_cost(int n) const {
       break;
     }
   if (lo >= 0 && hi >= 0) return cost_[lo] + (cost_[hi] - cost_[lo]) * (n - lo) / double(hi - lo);
-  if (lo >= 0) return cost_[lo];
+  if (lo >= 0) {
+    int lo2 = -1;
+    for (int k = lo - 1; k >= 0; k--)
+      if (cost_[k] > 0) {
+        lo2 = k;
+        break;
+      }
+    if (lo2 >= 0) return cost_[lo] + std::max(0.0, cost_[lo] - cost_[lo2]) * (n - lo) / double(lo - lo2);
+    // One depth measured: what a further draft costs is unknown, so assume the worst, a round's cost in
+    // proportion to the tokens it verifies; the depth is then chosen only once a second measured depth gives
+    // the slope.
+    return cost_[lo] * (n + 1) / double(lo + 1);
+  }
   if (hi >= 0) return cost_[hi];
   return 1.0;
 }
 
-bool DepthController::cost_ready() const {
-  int sampled = 0;
-  for (double c : cost_) sampled += c > 0;
-  return sampled >= 2;
+double DepthController::expected_rate(int n) const {
+  return expected_tokens(n) / cost(n);
 }
-
-double DepthController::expected_rate(int n) const { return expected_tokens(n) / cost(n); }
 
 int DepthController::best() const {
   int frontier = 0;
@@ -84,18 +113,23 @@ int DepthController::best() const {
   int best = 0;
   for (int n = 1; n <= limit; n++)
     if (expected_rate(n) > expected_rate(best)) best = n;
+  // Hysteresis: a deeper depth than the chosen one must promise clearly more (its estimates are the less
+  // sampled); a shallower one is taken as soon as it promises as much.
+  if (best > selected_ && selected_ <= limit &&
+      expected_rate(best) <= (1.0 + kSwitchMargin) * expected_rate(selected_))
+    return selected_;
   return best;
 }
 
 int DepthController::next() {
   if (max_depth_ == 0) return 0;
-  // Seed the cost model: the deepest depth and 0 first. Depths between them are then interpolated from the two; a
-  // deep round's cost says what each extra draft adds, which depth 1's cost alone did not (on a CPU a verification
-  // of two tokens costs about 1.5 steps, one of five about 2.5, so depth 1 can look no better than plain decoding
-  // while depth 3 or 4 is far better).
-  if (!cost_ready()) {
+  // Start at depth 1 and grow on evidence: a deeper depth is tried once the positions above it are trusted
+  // and promise more (its cost is then measured, not assumed). Plain decoding's cost is measured (two clean
+  // rounds) once depth 1 has clean samples past a reply's first rounds; until then it is taken to cost what
+  // depth 1 does, so useless drafts (an acceptance of 0) already tie it and park there.
+  if (cost_n_[0] < kSeedSamples && cost_n_[1] >= kSeedZeroAfter) {
     last_was_probe_ = false;
-    return cost_[max_depth_] <= 0 ? max_depth_ : 0;
+    return 0;
   }
   int sel = best();
   if (sel != selected_) {
@@ -103,7 +137,7 @@ int DepthController::next() {
     probe_interval_ = 4;
     since_probe_ = 0;
   } else if (last_was_probe_) {
-    probe_interval_ = std::min(probe_interval_ * 2, 512);
+    probe_interval_ = std::min(probe_interval_ * 2, kMaxProbeInterval);
   }
   last_was_probe_ = false;
   if (++since_probe_ >= probe_interval_ && selected_ < max_depth_) {
@@ -111,27 +145,26 @@ int DepthController::next() {
     last_was_probe_ = true;
     return selected_ + 1;
   }
-  // Cost seeding: a depth within reach that has no clean sample yet.
-  for (int n = 0; n <= std::min(max_depth_, selected_ + 1); n++)
-    if (cost_[n] <= 0) return n;
   return selected_;
 }
 
 void DepthController::record(int depth, int accepted, double seconds) {
   if (depth < 0 || depth > max_depth_) return;
   // Timing noise only ever adds time (a descheduled thread, a page fault), so the estimate follows a faster
-  // round quickly and a slower one cautiously: at most 25% of the estimate per sample. The first round after a
-  // depth change may carry one-off costs, so it neither seeds a depth that has no estimate yet nor raises one.
+  // round quickly and a slower one cautiously: at most 25% of the estimate per sample. The first round after
+  // a depth change may carry one-off costs, so it neither seeds a depth that has no estimate yet nor raises
+  // one.
   if (seconds > 0) {
     double& c = cost_[depth];
-    if (c <= 0) {
-      if (depth == last_depth_) c = seconds;
+    if (depth == last_depth_) cost_n_[depth]++;
+    if (c <= 0 || (depth == last_depth_ && cost_n_[depth] <= kSeedSamples)) {
+      if (depth == last_depth_) c = c <= 0 ? seconds : std::min(c, seconds);
     } else if (seconds < c) {
       c += 0.5 * (seconds - c);
     } else if (depth == last_depth_) {
-      // A probe (or any round right after a change) pays the change's one-off costs (the drafter's weights and the
-      // idle worker to bring back): it may lower an estimate, never raise it. Otherwise depth 0, once chosen,
-      // stayed chosen for dozens of rounds while probes one deeper kept looking slow.
+      // A probe (or any round right after a change) pays the change's one-off costs (the drafter's weights
+      // and the idle worker to bring back): it may lower an estimate, never raise it. Otherwise depth 0, once
+      // chosen, stayed chosen for dozens of rounds while probes one deeper kept looking slow.
       c += kCostAlpha * std::min(seconds - c, 0.25 * c);
     }
   }

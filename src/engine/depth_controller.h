@@ -1,7 +1,8 @@
 #pragma once
-// Chooses the speculative draft depth that maximises expected committed tokens per second, from measured round
-// costs per depth and per-position acceptance rates. Depth 0 is plain decoding; the controller keeps probing one
-// step deeper now and then so it can climb back when drafts start to pay.
+// Chooses the speculative draft depth that maximises expected committed tokens per second, from measured
+// round costs per depth and per-position acceptance rates. It starts at depth 1 and grows on evidence. Depth
+// 0 is plain decoding; the controller keeps probing one step deeper now and then so it can climb back when
+// drafts start to pay.
 #include <vector>
 
 namespace vatic {
@@ -23,15 +24,15 @@ class DepthController {
  private:
   double cost(int n) const;
   double raw_cost(int n) const;
-  bool cost_ready() const;
   int best() const;
 
   int max_depth_;
-  std::vector<double> cost_;       // EWMA round time per depth (seconds), < 0 = unsampled
-  std::vector<double> accept_;     // EWMA conditional acceptance per position
-  std::vector<int> accept_n_;      // samples per position
+  std::vector<double> cost_;    // EWMA round time per depth (seconds), < 0 = unsampled
+  std::vector<double> accept_;  // EWMA conditional acceptance per position
+  std::vector<int> accept_n_;   // samples per position
+  std::vector<int> cost_n_;     // clean cost samples per depth (rounds at the depth run before)
   int last_depth_ = -1;
-  int selected_ = 0;
+  int selected_;
   int probe_interval_ = 4;
   int since_probe_ = 0;
   bool last_was_probe_ = false;

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <map>
+#include <random>
 
 #include "engine/generator.h"
 #include "formats/model_source.h"
@@ -18,7 +19,8 @@ using namespace vatic::testing;
 // A drafter that always proposes what the target will choose (its greedy continuation, computed up front).
 class OracleDrafter : public Drafter {
  public:
-  explicit OracleDrafter(std::vector<int32_t> sequence, int64_t vocab) : seq_(std::move(sequence)), vocab_(vocab) {}
+  explicit OracleDrafter(std::vector<int32_t> sequence, int64_t vocab)
+      : seq_(std::move(sequence)), vocab_(vocab) {}
   std::vector<Tensor> draft(SequenceState& st, int32_t, const Tensor&, int steps,
                             const std::function<int32_t(const Tensor&)>& choose) override {
     std::vector<Tensor> out;
@@ -66,7 +68,8 @@ TEST(AdaptiveDepth, FallsToPlainDecodingWhenDraftsDoNotPay) {
   for (size_t i = 12; i < s.depth_trace.size(); i++) deep += s.depth_trace[i] > 1;
   EXPECT_LE(deep, 3) << "depth kept drafting deep with useless drafts";
   int tail_zero = 0;
-  for (size_t i = s.depth_trace.size() - 10; i < s.depth_trace.size(); i++) tail_zero += s.depth_trace[i] == 0;
+  for (size_t i = s.depth_trace.size() - 10; i < s.depth_trace.size(); i++)
+    tail_zero += s.depth_trace[i] == 0;
   EXPECT_GE(tail_zero, 7);
 }
 
@@ -90,33 +93,68 @@ TEST(AdaptiveDepth, ClimbsToTheMaximumWhenDraftsAlwaysAgree) {
 }
 
 // The controller's bookkeeping alone, with made-up round times.
-TEST(AdaptiveDepth, SeedsTheDeepestDepthAndZeroAndKeepsSlowProbesFromRaisingCosts) {
+TEST(AdaptiveDepth, StartsAtDepthOneAndKeepsSlowProbesFromRaisingCosts) {
   DepthController d(4);
-  // The deepest depth is measured first, then plain decoding; a depth's first round after a change only seeds it
-  // once it is run again (its one-off costs are not taken for its cost).
-  EXPECT_EQ(d.next(), 4);
-  d.record(4, 0, 0.010);  // position 0 rejected once ...
-  EXPECT_EQ(d.next(), 4);
-  d.record(4, 4, 0.010);  // ... then accepted twice: its acceptance is the mean of the three samples
-  d.record(4, 4, 0.010);
-  EXPECT_EQ(d.next(), 0);
-  d.record(0, 0, 0.004);
-  EXPECT_EQ(d.next(), 0);
-  d.record(0, 0, 0.004);
-  EXPECT_NEAR(d.acceptance(0), 2.0 / 3.0, 1e-12);
+  // Depth 1 first; its first round (after no round at all) only seeds its cost once it is run again.
+  EXPECT_EQ(d.next(), 1);
+  d.record(1, 0, 0.010);  // position 0 rejected once ...
+  EXPECT_EQ(d.next(), 1);
+  d.record(1, 1,
+           0.010);  // ... then accepted twice: its acceptance is the mean of the three samples, shrunk toward
+  d.record(1, 1, 0.010);  // an even chance by one pseudo-sample: (2 + 0.5) / 4
+  EXPECT_NEAR(d.acceptance(0), 0.625, 1e-12);
   // The cost the controller assumes for depth n (its rate is expected tokens over cost).
   auto cost = [&](int n) { return d.expected_tokens(n) / d.expected_rate(n); };
-  EXPECT_DOUBLE_EQ(cost(4), 0.010);
-  // A slow round right after a change (depth 0 ran last) does not raise depth 4's cost; the same time in a row does,
-  // by at most a quarter of the estimate at the moving average's rate: 10 ms + 0.3 · 2.5 ms.
+  EXPECT_DOUBLE_EQ(cost(1), 0.010);
+  // Unmeasured: plain decoding is taken to cost what depth 1 does, a deeper depth in proportion to its
+  // tokens.
+  EXPECT_DOUBLE_EQ(cost(0), 0.010);
+  EXPECT_DOUBLE_EQ(cost(2), 0.015);
+  // A depth's estimate starts as the minimum of its first two clean rounds (the first round after a change is
+  // not clean), so one slow round does not set it.
+  d.record(4, 4, 0.020);
+  d.record(4, 4, 0.030);
+  EXPECT_DOUBLE_EQ(cost(4), 0.030);
+  d.record(4, 4, 0.020);
+  EXPECT_DOUBLE_EQ(cost(4), 0.020);
+  // A slow round right after a change does not raise a cost; the same time in a row does, by at most a
+  // quarter of the estimate at the moving average's rate: 20 ms + 0.3 · 5 ms.
+  d.record(1, 1, 1.0);
+  EXPECT_DOUBLE_EQ(cost(1), 0.010);
   d.record(4, 4, 1.0);
-  EXPECT_DOUBLE_EQ(cost(4), 0.010);
+  EXPECT_DOUBLE_EQ(cost(4), 0.020);
   d.record(4, 4, 1.0);
-  EXPECT_DOUBLE_EQ(cost(4), 0.01075);
+  EXPECT_DOUBLE_EQ(cost(4), 0.0215);
   // A shallower depth is never taken to cost more than a deeper one was measured to.
-  d.record(1, 1, 0.020);
-  d.record(1, 1, 0.020);
-  EXPECT_DOUBLE_EQ(cost(1), 0.01075);
+  d.record(2, 1, 0.050);
+  d.record(2, 1, 0.050);
+  EXPECT_DOUBLE_EQ(cost(2), 0.0215);
+}
+
+// A made-up machine where one draft pays and more do not: a round of depth n costs 1 + 0.45 n ms, position 0
+// is accepted 75 % of the time and later positions 50 % (depth 1 1.21 tokens a ms, depth 2 1.12, plain 1.0,
+// depth 3 0.98), and a reply's first rounds are four times slower. The controller must settle on depth 1.
+TEST(AdaptiveDepth, SettlesOnTheMeasuredBestDepth) {
+  DepthController d(4);
+  std::mt19937 rng(7);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<int> trace;
+  for (int round = 0; round < 200; round++) {
+    const int n = d.next();
+    trace.push_back(n);
+    int accepted = 0;
+    while (accepted < n && u(rng) < (accepted == 0 ? 0.75 : 0.5)) accepted++;
+    const double ms = (1.0 + 0.45 * n) * (round < 4 ? 4.0 : 1.0) * (1.0 + 0.05 * u(rng));
+    d.record(n, accepted, ms * 1e-3);
+  }
+  EXPECT_EQ(trace[0], 1) << "did not start shallow";
+  int at_one = 0, deep = 0;
+  for (size_t i = 50; i < trace.size(); i++) {
+    at_one += trace[i] == 1;
+    deep += trace[i] >= 3;
+  }
+  EXPECT_GE(at_one, 135) << "did not settle on depth 1";
+  EXPECT_LE(deep, 5);
 }
 
 TEST(AdaptiveDepth, RecoversAfterDraftsStartToPay) {
@@ -163,8 +201,8 @@ TEST(SpeculativeSampling, OutputFollowsTheTargetDistributionThroughTheRealLoop) 
   const std::vector<int32_t> prompt = {2, 300, 17, 45};
   const int64_t V = lm->info().vocab_size;
   GenerateOptions o;
-  // Three tokens: the first is drawn directly, the second goes through one speculative round of depth 1 (depth
-  // is capped so the round's extra token stays within the budget).
+  // Three tokens: the first is drawn directly, the second goes through one speculative round of depth 1
+  // (depth is capped so the round's extra token stays within the budget).
   o.max_tokens = 3;
   o.draft_depth = 2;
   o.ignore_eos = true;

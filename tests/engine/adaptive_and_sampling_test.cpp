@@ -99,9 +99,10 @@ TEST(AdaptiveDepth, StartsAtDepthOneAndKeepsSlowProbesFromRaisingCosts) {
   EXPECT_EQ(d.next(), 1);
   d.record(1, 0, 0.010);  // position 0 rejected once ...
   EXPECT_EQ(d.next(), 1);
-  d.record(1, 1,
-           0.010);  // ... then accepted twice: its acceptance is the mean of the three samples, shrunk toward
-  d.record(1, 1, 0.010);  // an even chance by one pseudo-sample: (2 + 0.5) / 4
+  // ... then accepted twice: its acceptance is the mean of the three samples, shrunk toward an even chance by one
+  // pseudo-sample: (2 + 0.5) / 4.
+  d.record(1, 1, 0.010);
+  d.record(1, 1, 0.010);
   EXPECT_NEAR(d.acceptance(0), 0.625, 1e-12);
   // The cost the controller assumes for depth n (its rate is expected tokens over cost).
   auto cost = [&](int n) { return d.expected_tokens(n) / d.expected_rate(n); };

@@ -266,7 +266,9 @@ TEST(DeviceOps, DecodeRowsEqualVerifyRowsBitForBit) {
       const Tensor h = ops::to_host(t);
       return std::vector<uint32_t>(h.data<uint32_t>(), h.data<uint32_t>() + h.numel());
     };
-    for (Size s : {Size{7, 1536}, Size{130, 256}, Size{1537, 6144}, Size{4101, 512}})
+    // 4101 x 5376: a decode launch takes four rows per warp where a verification of quantized rows takes two, and
+    // the K split is chosen from the decode launch's rows either way.
+    for (Size s : {Size{7, 1536}, Size{130, 256}, Size{1537, 6144}, Size{4101, 512}, Size{4101, 5376}})
       for (int bits : {0, 8, 4}) {
         auto make = [&] {
           return bits ? random_quantized(0, s.N, s.K, bits, 64) : dense(random_host({s.N, s.K}, DType::BF16, 0.1f));

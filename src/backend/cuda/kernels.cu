@@ -16,6 +16,8 @@ namespace vatic::cuda {
 
 namespace {
 
+namespace cg = cooperative_groups;
+
 constexpr int kThreads = 256;
 
 __device__ __forceinline__ float bf16_to_float(uint16_t h) { return __uint_as_float(static_cast<uint32_t>(h) << 16); }
@@ -205,40 +207,39 @@ int g_gemv_warps = 4096;  // a chunked GEMV splits K until it has about this man
 bool g_cluster_attention = true;  // VATIC_CLUSTER_ATTENTION=0 turns the cluster decode attention off
 int g_split_keys = 16;    // decode attention splits the slots until a split has fewer than twice this many
 
+// A launch with programmatic stream serialization (when on) and, for a `cluster` of more than one block, thread
+// block clusters of that shape.
 template <typename... Params, typename... Args>
-void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+void launch_in(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, dim3 cluster, cudaStream_t s,
+               Args&&... args) {
   cudaLaunchConfig_t config = {};
   config.gridDim = grid;
   config.blockDim = block;
   config.dynamicSmemBytes = smem;
   config.stream = s;
-  cudaLaunchAttribute attribute[1];
-  attribute[0].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[0].val.programmaticStreamSerializationAllowed = 1;
+  cudaLaunchAttribute attribute[2];
+  int n = 0;
+  if (cluster.x * cluster.y * cluster.z > 1) {
+    attribute[n].id = cudaLaunchAttributeClusterDimension;
+    attribute[n].val.clusterDim.x = cluster.x;
+    attribute[n].val.clusterDim.y = cluster.y;
+    attribute[n].val.clusterDim.z = cluster.z;
+    n++;
+  }
+  if (g_pdl) {
+    attribute[n].id = cudaLaunchAttributeProgrammaticStreamSerialization;
+    attribute[n].val.programmaticStreamSerializationAllowed = 1;
+    n++;
+  }
   config.attrs = attribute;
-  config.numAttrs = g_pdl ? 1 : 0;
+  config.numAttrs = n;
   // A failed launch is left in cudaGetLastError for the backend's check after each op.
   (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
 }
 
-// The same with thread block clusters of `cluster` blocks along y.
 template <typename... Params, typename... Args>
-void launch_clusters(void (*kernel)(Params...), dim3 grid, dim3 block, unsigned cluster, cudaStream_t s,
-                     Args&&... args) {
-  cudaLaunchConfig_t config = {};
-  config.gridDim = grid;
-  config.blockDim = block;
-  config.stream = s;
-  cudaLaunchAttribute attribute[2];
-  attribute[0].id = cudaLaunchAttributeClusterDimension;
-  attribute[0].val.clusterDim.x = 1;
-  attribute[0].val.clusterDim.y = cluster;
-  attribute[0].val.clusterDim.z = 1;
-  attribute[1].id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute[1].val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = attribute;
-  config.numAttrs = g_pdl ? 2 : 1;
-  (void)cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...);
+void launch(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s, Args&&... args) {
+  launch_in(kernel, grid, block, smem, dim3(1, 1, 1), s, std::forward<Args>(args)...);
 }
 
 // ---------------------------------------------------------------- copy / fill
@@ -1544,7 +1545,6 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(AttentionArgs 
       part_m = M;
       part_l = M == -INFINITY ? 0.0f : den;
     }
-    namespace cg = cooperative_groups;
     cg::cluster_group cluster = cg::this_cluster();
     cluster.sync();
     const int R = static_cast<int>(gridDim.y);  // the cluster spans the splits
@@ -2088,6 +2088,14 @@ void fill(const View& dst, float value, cudaStream_t s) {
   launch(fill_kernel, blocks_for(n), kThreads, 0, s, dst, value, n);
 }
 
+// The weight rows a warp of the chunked GEMV takes (EPI 1: gate and up rows together). Four share each x load (a
+// verification's 8 input rows read x from L1 once per four weight rows, not two); with more than 2 input rows
+// quantized codes take too many registers for four.
+int gemv_rows_per_warp(int epi, int64_t N, int T, int bits) {
+  const bool four = epi == 1 || N >= 4096;
+  return four && (T <= 2 || bits == 0) ? 4 : 2;
+}
+
 template <int TT, int R, int BITS, int EPI>
 void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
   // Enough warps to keep the memory system busy: split K over 2 or 4 warps when the rows alone give too few, as
@@ -2096,10 +2104,13 @@ void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
   const int64_t N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
   const int64_t vals = BITS ? 128 / BITS : 8, chunks = j.K / vals, row_groups = (N + RO - 1) / RO;
   // Quantized chunks carry 16 or 32 weights each (a bf16 chunk 8) and more arithmetic: they split down to one
-  // chunk per lane.
+  // chunk per lane. The split sets the order of a row's sum, so it is chosen from the rows per warp a decode
+  // launch of this matrix takes, whatever this launch takes: a verification's rows keep a decode step's bits.
+  const int decode_ro = gemv_rows_per_warp(EPI, N, 1, BITS) / (EPI == 1 ? 2 : 1);
+  const int64_t decode_groups = (N + decode_ro - 1) / decode_ro;
   const int64_t per_lane = BITS ? 1 : 2;
   int parts = 1;
-  while (parts < 4 && row_groups * parts < g_gemv_warps && chunks / (32 * parts * 2) >= per_lane) parts *= 2;
+  while (parts < 4 && decode_groups * parts < g_gemv_warps && chunks / (32 * parts * 2) >= per_lane) parts *= 2;
   const int64_t blocks = (row_groups + (4 / parts) - 1) / (4 / parts);
   GemvJob job = j;
   job.early = g_gemv_early && g_pdl;
@@ -2147,10 +2158,7 @@ void launch_gemv_mma(const GemvJob& j, cudaStream_t s) {
 template <int EPI>
 void launch_gemv_chunks_epi(const GemvJob& j, cudaStream_t s) {
   if (j.w[0].bits == 0 && g_gemv_mma) return launch_gemv_mma<EPI>(j, s);
-  // Four rows per warp share each x load (a verification's 8 input rows read x from L1 once per four weight rows,
-  // not two); with more than 2 input rows quantized codes take too many registers for four.
-  const bool four = EPI == 1 || j.n_end[EPI == 3 ? kGemvSegments - 1 : 0] >= 4096;
-  if (four && (j.T <= 2 || j.w[0].bits == 0))
+  if (gemv_rows_per_warp(EPI, j.n_end[EPI == 3 ? kGemvSegments - 1 : 0], j.T, j.w[0].bits) == 4)
     launch_gemv_chunks_bits<4, EPI>(j, s);
   else
     launch_gemv_chunks_bits<2, EPI>(j, s);
@@ -2404,12 +2412,12 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
       auto kernel = n == 1   ? attention_decode_kernel<1, 16, true>
                     : n == 2 ? attention_decode_kernel<2, 16, true>
                              : attention_decode_kernel<4, 16, true>;
-      launch_clusters(kernel, grid, 32 * 16, static_cast<unsigned>(cs), s, a, scratch, counters);
+      launch_in(kernel, grid, 32 * 16, 0, dim3(1, static_cast<unsigned>(cs), 1), s, a, scratch, counters);
     } else {
       auto kernel = n == 1   ? attention_decode_kernel<1, 8, true>
                     : n == 2 ? attention_decode_kernel<2, 8, true>
                              : attention_decode_kernel<4, 8, true>;
-      launch_clusters(kernel, grid, 32 * 8, static_cast<unsigned>(cs), s, a, scratch, counters);
+      launch_in(kernel, grid, 32 * 8, 0, dim3(1, static_cast<unsigned>(cs), 1), s, a, scratch, counters);
     }
     return;
   }

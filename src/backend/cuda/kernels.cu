@@ -2393,6 +2393,13 @@ size_t attention_scratch_floats(const AttentionArgs& a) {
   return splits > 1 ? static_cast<size_t>(a.T * a.Hq * splits * (a.Dv + 2)) : 0;
 }
 
+// The decode attention kernel for head rows of up to 128·n dims (n = attention_decode_width: 1, 2 or 4).
+template <int W, bool Cluster>
+auto attention_decode_of(int n) {
+  return n == 1 ? attention_decode_kernel<1, W, Cluster>
+                : n == 2 ? attention_decode_kernel<2, W, Cluster> : attention_decode_kernel<4, W, Cluster>;
+}
+
 void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaStream_t s) {
   if (a.T * a.Hq == 0) return;
   if (attention_tiles(a)) {  // prefill
@@ -2408,24 +2415,17 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
   if (const int cs = attention_cluster_splits(a)) {
     const int n = attention_decode_width(a);
     const dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(cs));
-    if (attention_cluster_warps(a) == 16) {
-      auto kernel = n == 1   ? attention_decode_kernel<1, 16, true>
-                    : n == 2 ? attention_decode_kernel<2, 16, true>
-                             : attention_decode_kernel<4, 16, true>;
-      launch_in(kernel, grid, 32 * 16, 0, dim3(1, static_cast<unsigned>(cs), 1), s, a, scratch, counters);
-    } else {
-      auto kernel = n == 1   ? attention_decode_kernel<1, 8, true>
-                    : n == 2 ? attention_decode_kernel<2, 8, true>
-                             : attention_decode_kernel<4, 8, true>;
-      launch_in(kernel, grid, 32 * 8, 0, dim3(1, static_cast<unsigned>(cs), 1), s, a, scratch, counters);
-    }
+    const dim3 cluster(1, static_cast<unsigned>(cs), 1);
+    if (attention_cluster_warps(a) == 16)
+      launch_in(attention_decode_of<16, true>(n), grid, 32 * 16, 0, cluster, s, a, scratch, counters);
+    else
+      launch_in(attention_decode_of<8, true>(n), grid, 32 * 8, 0, cluster, s, a, scratch, counters);
     return;
   }
   const int splits = attention_splits(a);
   dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(splits));
   if (const int n = attention_decode_width(a)) {
-    auto kernel = n == 1 ? attention_decode_kernel<1> : n == 2 ? attention_decode_kernel<2> : attention_decode_kernel<4>;
-    launch(kernel, grid, 32 * kDecodeWarps, 0, s, a, scratch, counters);
+    launch(attention_decode_of<kDecodeWarps, false>(n), grid, 32 * kDecodeWarps, 0, s, a, scratch, counters);
     return;
   }
   const size_t smem = sizeof(float) * (a.D + kAttnWarps * a.Dv + 2 * kAttnWarps);

@@ -87,8 +87,12 @@ Tensor random_bf16(const Shape& shape, float std, uint64_t seed) {
 
 namespace {
 
+// Whether a tensor of a random checkpoint is a random matrix (the others are constants or a permutation).
+bool random_matrix(const ExpectedTensor& e) { return !e.name.ends_with("token_ordering") && e.shape.size() != 1; }
+
 // One tensor of a random checkpoint (`seed` advances for each random matrix).
 Tensor random_tensor(const ExpectedTensor& e, uint64_t& seed) {
+  if (random_matrix(e)) return random_bf16(e.shape, 0.02f, ++seed);
   if (e.name.ends_with("token_ordering")) {  // the assistant's vocabulary order: a permutation
     const int64_t V = e.shape.at(0);
     std::vector<int64_t> order(static_cast<size_t>(V));
@@ -98,10 +102,10 @@ Tensor random_tensor(const ExpectedTensor& e, uint64_t& seed) {
     std::copy(order.begin(), order.end(), t.data<int64_t>());
     return t;
   }
-  if (e.shape.size() == 1)  // norms, scales and scalars at 1; biases at 0
-    return constant_bf16(e.shape, e.name.find("bias") != std::string::npos ? 0.0f : 1.0f);
-  return random_bf16(e.shape, 0.02f, ++seed);
+  // norms, scales and scalars at 1; biases at 0
+  return constant_bf16(e.shape, e.name.find("bias") != std::string::npos ? 0.0f : 1.0f);
 }
+
 
 // Tensor `name` as the quantization policy stores it: itself, or its packed codes, scales and biases (`spec`
 // gets "type:group"). A tied embedding table (embedding and LM head at once) stays as it is.
@@ -286,13 +290,36 @@ ModelSource random_model_in_memory(const json& config, const std::string& label,
                expected.size(), device.str().c_str());
   std::map<std::string, Tensor> tensors;
   std::map<std::string, std::string> specs;
+  // Each tensor's seed as the checkpoint writer advances it, so that both make the same weights; then the tensors
+  // are made and quantized a batch at a time, in parallel (a 31B model quantizes one tensor at a time in minutes),
+  // and moved to the device in order. A batch bounds the host memory held at once.
+  std::vector<uint64_t> seeds(expected.size());
   uint64_t seed = fnv1a(label);
-  for (const ExpectedTensor& e : expected) {
-    std::string spec;
-    const Tensor t = random_tensor(e, seed);
-    for (auto& [name, part] : quantize_for_policy(e.name, t, type, group, ctx, tied, spec))
-      tensors.emplace(name, ops::to_device(part, device));
-    if (!spec.empty()) specs[e.name] = spec;
+  for (size_t i = 0; i < expected.size(); i++) {
+    seeds[i] = seed;
+    if (random_matrix(expected[i])) ++seed;
+  }
+  constexpr size_t kBatch = 64;
+  for (size_t b0 = 0; b0 < expected.size(); b0 += kBatch) {
+    const size_t b1 = std::min(expected.size(), b0 + kBatch);
+    std::vector<std::vector<NamedTensor>> parts(b1 - b0);
+    std::vector<std::string> part_specs(b1 - b0);
+    std::vector<std::string> errors(b1 - b0);
+#pragma omp parallel for schedule(dynamic)
+    for (size_t i = b0; i < b1; i++) {
+      try {
+        uint64_t s = seeds[i];
+        const Tensor t = random_tensor(expected[i], s);
+        parts[i - b0] = quantize_for_policy(expected[i].name, t, type, group, ctx, tied, part_specs[i - b0]);
+      } catch (const std::exception& ex) {
+        errors[i - b0] = ex.what();
+      }
+    }
+    for (size_t i = b0; i < b1; i++) {
+      if (!errors[i - b0].empty()) throw InvalidInput(errors[i - b0]);
+      for (auto& [name, part] : parts[i - b0]) tensors.emplace(name, ops::to_device(part, device));
+      if (!part_specs[i - b0].empty()) specs[expected[i].name] = part_specs[i - b0];
+    }
   }
   ModelSource src;
   src.name = label + " (random weights in memory)";

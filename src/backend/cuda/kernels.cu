@@ -618,8 +618,11 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
 #pragma unroll
     for (int t = 0; t < TT; t++) acc[r][t] = 0.0f;
   // A lane's chunks go U at a time: all their loads are issued before any is used, so that a small matrix (a few
-  // chunks per lane) is one memory round trip rather than one per chunk. The sums run in chunk order as before.
-  constexpr int U = BITS ? 2 : (TT <= 2 ? 4 : 2);
+  // chunks per lane) is one memory round trip rather than one per chunk. The sums run in chunk order whatever U is,
+  // so U may differ between decode and verification. Four bf16 chunks for one input row; two for more (with four,
+  // two rows' launches took 140 registers, 12 warps per SM, and verified a token for 1.45 decode steps on E2B
+  // where two chunks (100-110 registers) take 1.30).
+  constexpr int U = BITS ? 2 : (TT == 1 ? 4 : 2);
   const int64_t stride = 32 * parts, first = lane + 32 * part;
   // Quantized: a chunk's group is its index shifted (a group is a power-of-two number of chunks, chunks_fit), and
   // its scale and bias (16-bit floats) are loaded with its codes, into one register, so that no load waits on

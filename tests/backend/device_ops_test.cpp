@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <optional>
 #include <random>
 #include <set>
 #include <string>
@@ -267,9 +268,14 @@ TEST(DeviceOps, DecodeRowsEqualVerifyRowsBitForBit) {
       return std::vector<uint32_t>(h.data<uint32_t>(), h.data<uint32_t>() + h.numel());
     };
     // 4101 x 5376: a decode launch takes four rows per warp where a verification of quantized rows takes two, and
-    // the K split is chosen from the decode launch's rows either way.
-    for (Size s : {Size{7, 1536}, Size{130, 256}, Size{1537, 6144}, Size{4101, 512}, Size{4101, 5376}})
+    // the K split is chosen from the decode launch's rows either way. 8192 x 4096 (2^25 weights): quantized rows
+    // over the input's 8-bit digits on CUDA (not run on the CPU, where it would only repeat the others slowly).
+    for (Size s : {Size{7, 1536}, Size{130, 256}, Size{1537, 6144}, Size{4101, 512}, Size{4101, 5376}, Size{8192, 4096}})
       for (int bits : {0, 8, 4}) {
+        const bool large = s.N * s.K >= (int64_t(1) << 25);
+        if (large && (dev.is_cpu() || bits == 0)) continue;
+        std::optional<OwnRandom> own;  // the tests after this one keep the data they always had
+        if (large) own.emplace(static_cast<uint32_t>(100 + bits));
         auto make = [&] {
           return bits ? random_quantized(0, s.N, s.K, bits, 64) : dense(random_host({s.N, s.K}, DType::BF16, 0.1f));
         };
@@ -319,6 +325,21 @@ TEST(DeviceOps, QuantizedMatmulAndEmbedding) {
           Tensor egot = backend_for(dev).empty({5, K}, DType::F32);
           backend_for(dev).embedding(on(dev, w), on(dev, ids), 0.5f, egot);
           expect_close(egot, ewant, 1e-6, "embedding");
+        }
+    // A matrix large enough for the quantized GEMV over the input's 8-bit digits (CUDA): against the CPU's f32 sums.
+    if (!dev.is_cpu())
+      for (int bits : {8, 4})
+        for (int64_t T : {1, 8}) {
+          const int64_t N = 8192, K = 4096;
+          SCOPED_TRACE(fmt::format("large int{} T={}", bits, T));
+          OwnRandom own(static_cast<uint32_t>(200 + bits + T));
+          Linear w = random_quantized(0, N, K, bits, 64);
+          Tensor x = random_host({T, K});
+          Tensor want = Tensor::empty({T, N}, DType::F32);
+          cpu_backend().matmul(x, w, want, false);
+          Tensor got = backend_for(dev).empty({T, N}, DType::F32);
+          backend_for(dev).matmul(on(dev, x), on(dev, w), got, false);
+          expect_close(got, want, 2e-5, "matmul");
         }
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       Tensor table = random_host({50, 33}, dt);

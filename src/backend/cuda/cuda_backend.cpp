@@ -292,6 +292,8 @@ class CudaBackend final : public Backend {
     const size_t counters = sizeof(unsigned) * cuda::kAttentionCounters;
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&counter_dev_), counters), "cudaMalloc");
     CUDA_OK(cudaMemset(counter_dev_, 0, counters), "cudaMemset");
+    // The input digits of the quantized GEMVs over large matrices (kernels.h), for this backend's stream only.
+    CUDA_OK(cudaMalloc(&digits_dev_, cuda::gemv_digits_bytes()), "cudaMalloc");
     CUDA_OK(cudaMalloc(reinterpret_cast<void**>(&distinct_experts_dev_), sizeof(unsigned long long)), "cudaMalloc");
     CUDA_OK(cudaMemset(distinct_experts_dev_, 0, sizeof(unsigned long long)), "cudaMemset");
   }
@@ -477,7 +479,8 @@ class CudaBackend final : public Backend {
     const int64_t ldx = x.stride(0), ldy = y.stride(0);
     Timed timed_(*this, T <= 8 ? "matmul (gemv)" : "matmul (sgemm)");
     if (T <= 8) {
-      cuda::gemv(x.data<float>(), ldx, static_cast<int>(T), cw, N, K, y.data<float>(), ldy, accumulate, stream_);
+      cuda::gemv(x.data<float>(), ldx, static_cast<int>(T), cw, N, K, y.data<float>(), ldy, accumulate, stream_,
+                 digits_dev_);
       check_launch("matmul");
       return;
     }
@@ -620,7 +623,8 @@ class CudaBackend final : public Backend {
       r.n = n ? n->data<float>() : nullptr;
       r.counter = counter_dev_;
       Timed timed_(*this, "matmul_add_rms_norm (gemv)");
-      if (cuda::gemv_residual_norm(a.data<float>(), a.stride(0), static_cast<int>(T), weight(W), N, K, r, stream_)) {
+      if (cuda::gemv_residual_norm(a.data<float>(), a.stride(0), static_cast<int>(T), weight(W), N, K, r, stream_,
+                                   digits_dev_)) {
         check_launch("matmul_add_rms_norm");
         return;
       }
@@ -736,7 +740,7 @@ class CudaBackend final : public Backend {
             n++;
           }
         fused = cuda::gemv_many(x.data<float>(), x.stride(0), static_cast<int>(T), n, gw, gN, x.dim(1), gy, gld,
-                                stream_);
+                                stream_, digits_dev_);
       }
       if (fused) {
         check_launch("matmul");
@@ -767,7 +771,7 @@ class CudaBackend final : public Backend {
       Timed timed_(*this, "matmul_gated (gemv)");
       if (cuda::gemv_gated(x.data<float>(), x.stride(0), static_cast<int>(T), cg, up ? &cu : nullptr,
                            m ? m->data<float>() : nullptr, m ? m->stride(0) : 0, static_cast<int>(act), N, K,
-                           y.data<float>(), y.stride(0), stream_)) {
+                           y.data<float>(), y.stride(0), stream_, digits_dev_)) {
         check_launch("matmul");
         return;
       }
@@ -1185,6 +1189,7 @@ class CudaBackend final : public Backend {
   int* flag_host_ = nullptr;
   int* flag_dev_ = nullptr;
   unsigned* counter_dev_ = nullptr;
+  void* digits_dev_ = nullptr;
   bool fused_norms_ = false;
   unsigned long long* distinct_experts_dev_ = nullptr;  // counted while profiling (take_counts)
   bool profiling_ = false;

@@ -436,6 +436,11 @@ struct GemvJob {
   bool accumulate;
   bool early;  // the first weight loads are issued before the kernel before this one has finished
   ResidualNorm rn;  // applied after the products when rn.counter is set (EPI 0 only)
+  // Quantized rows over the input's 8-bit digits (digits_kernel): planes [T][3][K], per chunk 2^e and Σ x [T][chunks].
+  void* digits;  // the backend's buffer (gemv_digits_bytes), or null: no digits
+  const int8_t* xd;
+  const float* xsc;
+  const float* xsm;
 };
 
 // Threads that compute one row of a residual norm, whatever the block's size: the fused GEMV's last block (128 or
@@ -587,11 +592,20 @@ __device__ __forceinline__ void residual_norm_tail(const ResidualNorm r, int64_t
   if (threadIdx.x == 0) *r.counter = 0u;
 }
 
-template <int TT, int R, int BITS, int EPI>
+__device__ __forceinline__ int dp4a_us(uint32_t codes, uint32_t digits, int c) {
+  int d;
+  asm("dp4a.u32.s32 %0, %1, %2, %3;" : "=r"(d) : "r"(codes), "r"(digits), "r"(c));
+  return d;
+}
+
+template <int TT, int R, int BITS, int EPI, bool DP = false>
 __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   constexpr int RO = EPI == 1 ? R / 2 : R;  // output rows per warp
   __shared__ float partial[4][R][TT];
   const float* __restrict__ x = j.x;
+  const int8_t* __restrict__ xd_base = j.xd;
+  const float* __restrict__ xsc_base = j.xsc;
+  const float* __restrict__ xsm_base = j.xsm;
   const int64_t ldx = j.ldx, K = j.K, N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
   const int T = j.T;
   // Row n of the output: its matrix (segment) and its row there.
@@ -709,6 +723,52 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
           sc[r] = half_to_float(sb[ub][r] & 0xffffu);
           bi[r] = half_to_float(sb[ub][r] >> 16);
         }
+        if constexpr (DP) {
+          // Over the input's digits: x ≈ 2^e · (d2·2^16 + d1·2^8 + d0) per chunk, so Σ x·q is 2^e times three
+          // exact integer sums of codes by digits (dp4a: four at a time), and Σ x·(s·q + b) = s·2^e·Σ + b·Σ x.
+          // Each input row's sums are its own, in the same order whatever T is.
+#pragma unroll
+          for (int t = 0; t < TT; t++) {
+            if (t >= T) break;
+            const int8_t* pl = xd_base + static_cast<int64_t>(t) * 3 * K + c * vals;
+            uint4 xdv[3][BITS == 4 ? 2 : 1];
+#pragma unroll
+            for (int d = 0; d < 3; d++)
+#pragma unroll
+              for (int h = 0; h < (BITS == 4 ? 2 : 1); h++)
+                xdv[d][h] = *reinterpret_cast<const uint4*>(pl + d * K + 16 * h);
+            const float e2 = xsc_base[t * chunks + c], xsum = xsm_base[t * chunks + c];
+#pragma unroll
+            for (int r = 0; r < R; r++) {
+              int sd[3] = {0, 0, 0};
+#pragma unroll
+              for (int wd = 0; wd < 4; wd++) {
+                const uint32_t word = wd == 0 ? q[r].x : wd == 1 ? q[r].y : wd == 2 ? q[r].z : q[r].w;
+                if constexpr (BITS == 4) {
+                  // Inputs 8·wd .. 8·wd + 7: the even ones in the low nibbles, the odd ones in the high.
+                  const uint32_t lo = word & 0x0F0F0F0Fu, hi = (word >> 4) & 0x0F0F0F0Fu;
+#pragma unroll
+                  for (int d = 0; d < 3; d++) {
+                    const uint4 a = xdv[d][wd / 2];
+                    sd[d] = dp4a_us(lo, (wd & 1) ? a.z : a.x, sd[d]);
+                    sd[d] = dp4a_us(hi, (wd & 1) ? a.w : a.y, sd[d]);
+                  }
+                } else {
+#pragma unroll
+                  for (int d = 0; d < 3; d++) {
+                    const uint4 a = xdv[d][0];
+                    sd[d] = dp4a_us(word, wd == 0 ? a.x : wd == 1 ? a.y : wd == 2 ? a.z : a.w, sd[d]);
+                  }
+                }
+              }
+              const float v = __fadd_rn(__fmaf_rn(static_cast<float>(sd[2]), 65536.0f,
+                                                  __fmul_rn(static_cast<float>(sd[1]), 256.0f)),
+                                        static_cast<float>(sd[0]));
+              acc[r][t] = __fmaf_rn(sc[r], __fmul_rn(v, e2), __fmaf_rn(bi[r], xsum, acc[r][t]));
+            }
+          }
+          continue;
+        }
         float dq[R][TT], sx[TT];
 #pragma unroll
         for (int t = 0; t < TT; t++) {
@@ -815,6 +875,52 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
 template <int TT, int R, int BITS, int EPI>
 __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int parts) {
   gemv_chunks<TT, R, BITS, EPI>(j, parts);
+}
+
+// Quantized rows over the input's digits (digits_kernel), decode and verification alike.
+template <int TT, int R, int BITS, int EPI>
+__global__ void __launch_bounds__(128) gemv_digits_kernel(const GemvJob j, int parts) {
+  gemv_chunks<TT, R, BITS, EPI, true>(j, parts);
+}
+
+// The input rows x [T, K] as three signed 8-bit digits per value over one exponent per chunk of 128 / BITS values:
+// x ≈ 2^e · (d2·2^16 + d1·2^8 + d0) with |x / 2^e| < 2^22, e from the chunk's largest value (23 significant bits
+// for it, as many absolute bits for the others), digits in the order dp4a pairs them with a chunk's codes (int4:
+// per 8 inputs the even ones, then the odd ones); per chunk 2^e and Σ x. One thread per value, a chunk's values in
+// consecutive lanes of one warp; each row on its own, so a row's digits do not depend on T.
+template <int BITS>
+__global__ void digits_kernel(const float* x, int64_t ldx, int T, int64_t K, int8_t* planes, float* scales,
+                              float* sums) {
+  constexpr int vals = 128 / BITS;
+  pdl_begin();
+  const int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const bool in = i < T * K;
+  const int64_t t = in ? i / K : 0, k = in ? i % K : 0;
+  const float v = in ? x[t * ldx + k] : 0.0f;
+  float M = fabsf(v), sum = v;
+#pragma unroll
+  for (int o = vals / 2; o > 0; o >>= 1) {
+    M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, o));
+    sum = __fadd_rn(sum, __shfl_xor_sync(0xffffffffu, sum, o));
+  }
+  if (!in) return;
+  const int e = M > 0.0f ? max(ilogbf(M) - 21, -149) : 0;
+  const int m = __float2int_rn(ldexpf(v, -e));
+  const int d0 = ((m & 0xff) ^ 0x80) - 0x80;
+  const int m1 = (m - d0) >> 8;
+  const int d1 = ((m1 & 0xff) ^ 0x80) - 0x80;
+  const int d2 = (m1 - d1) >> 8;
+  const int64_t c = k / vals;
+  int64_t pos = k;
+  if (BITS == 4) pos = (k & ~int64_t(7)) + (k & 1) * 4 + ((k & 7) >> 1);
+  int8_t* p = planes + t * 3 * K + pos;
+  p[0] = static_cast<int8_t>(d0);
+  p[K] = static_cast<int8_t>(d1);
+  p[2 * K] = static_cast<int8_t>(d2);
+  if (k % vals == 0) {
+    scales[t * (K / vals) + c] = ldexpf(1.0f, e);
+    sums[t * (K / vals) + c] = sum;
+  }
 }
 
 // One-row quantized launches wait on their loads more than on their arithmetic: their registers are capped for six
@@ -2118,6 +2224,9 @@ void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
   GemvJob job = j;
   job.early = g_gemv_early && g_pdl;
   for (int seg = 0; seg < kGemvSegments; seg++) job.early = job.early && !j.w[seg].computed;
+  if constexpr (BITS != 0) {
+    if (job.xd) return launch(gemv_digits_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
+  }
   if constexpr (BITS != 0 && TT == 1)
     launch(gemv_chunks_q1_kernel<R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
   else
@@ -2158,8 +2267,37 @@ void launch_gemv_mma(const GemvJob& j, cudaStream_t s) {
   launch(gemv_mma_kernel<EPI>, static_cast<unsigned>(blocks), 32 * block_warps, 0, s, j, parts);
 }
 
+// Quantized matrices of at least this many weights (and K up to kDigitsMaxK) are read over the input's digits:
+// the digits' own launch pays for itself on them. The choice depends on the matrix only, so that decode and
+// verification rows take the same path.
+constexpr int64_t kDigitsMinWeights = int64_t(1) << 25;
+constexpr int64_t kDigitsMaxK = 65536;
+
+constexpr int64_t kMaxGemvRows = 8;
+
+size_t gemv_digits_bytes() {
+  return static_cast<size_t>(kMaxGemvRows * 3 * kDigitsMaxK + 2 * kMaxGemvRows * (kDigitsMaxK / 16) * sizeof(float));
+}
+
 template <int EPI>
-void launch_gemv_chunks_epi(const GemvJob& j, cudaStream_t s) {
+void launch_gemv_chunks_epi(const GemvJob& job, cudaStream_t s) {
+  GemvJob j = job;
+  const int64_t N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
+  if (j.w[0].bits != 0 && j.digits && N * j.K >= kDigitsMinWeights && j.K <= kDigitsMaxK && j.T <= kMaxGemvRows) {
+    const int bits = j.w[0].bits;
+    int8_t* planes = static_cast<int8_t*>(j.digits);
+    float* scales = reinterpret_cast<float*>(planes + kMaxGemvRows * 3 * kDigitsMaxK);
+    float* sums = scales + kMaxGemvRows * kDigitsMaxK / 16;
+    const int64_t n = j.T * j.K;
+    const unsigned blocks = static_cast<unsigned>((n + 127) / 128);
+    if (bits == 4)
+      launch(digits_kernel<4>, blocks, 128, 0, s, j.x, j.ldx, j.T, j.K, planes, scales, sums);
+    else
+      launch(digits_kernel<8>, blocks, 128, 0, s, j.x, j.ldx, j.T, j.K, planes, scales, sums);
+    j.xd = planes;
+    j.xsc = scales;
+    j.xsm = sums;
+  }
   if (j.w[0].bits == 0 && g_gemv_mma) return launch_gemv_mma<EPI>(j, s);
   if (gemv_rows_per_warp(EPI, j.n_end[EPI == 3 ? kGemvSegments - 1 : 0], j.T, j.w[0].bits) == 4)
     launch_gemv_chunks_bits<4, EPI>(j, s);
@@ -2205,9 +2343,11 @@ bool same_encoding(const Weight& a, const Weight& b) {
 }
 
 void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
-          bool accumulate, cudaStream_t s) {
+          bool accumulate, cudaStream_t s, void* digits) {
   if (chunks_fit(x, ldx, w, K)) {
-    launch_gemv_chunks_epi<0>(gemv_job(x, ldx, T, w, N, K, y, ldy, accumulate), s);
+    GemvJob j = gemv_job(x, ldx, T, w, N, K, y, ldy, accumulate);
+    j.digits = digits;
+    launch_gemv_chunks_epi<0>(j, s);
     return;
   }
   // Fewer than ~16k rows leave most of the GPU idle at one warp per row: split each row's K over 4 warps.
@@ -2221,16 +2361,18 @@ void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_
 }
 
 bool gemv_gated(const float* x, int64_t ldx, int T, const Weight& gate, const Weight* up, const float* m,
-                int64_t ldm, int act, int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s) {
+                int64_t ldm, int act, int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s, void* digits) {
   if (T < 1 || T > 8 || !chunks_fit(x, ldx, gate, K)) return false;
   if (up) {
     if (!chunks_fit(x, ldx, *up, K) || !same_encoding(gate, *up)) return false;
     GemvJob j = gemv_job(x, ldx, T, gate, N, K, y, ldy, false);
+    j.digits = digits;
     j.w[1] = *up;
     j.act = act;
     launch_gemv_chunks_epi<1>(j, s);
   } else {
     GemvJob j = gemv_job(x, ldx, T, gate, N, K, y, ldy, false);
+    j.digits = digits;
     j.m = m;
     j.ldm = ldm;
     j.act = act;
@@ -2240,16 +2382,17 @@ bool gemv_gated(const float* x, int64_t ldx, int T, const Weight& gate, const We
 }
 
 bool gemv_residual_norm(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K,
-                        const ResidualNorm& r, cudaStream_t s) {
+                        const ResidualNorm& r, cudaStream_t s, void* digits) {
   if (T != 1 || !chunks_fit(x, ldx, w, K) || !r.counter) return false;
   GemvJob j = gemv_job(x, ldx, T, w, N, K, r.f, N, false);
+  j.digits = digits;
   j.rn = r;
   launch_gemv_chunks_epi<0>(j, s);
   return true;
 }
 
 bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, const int64_t* N, int64_t K,
-               float* const* y, const int64_t* ldy, cudaStream_t s) {
+               float* const* y, const int64_t* ldy, cudaStream_t s, void* digits) {
   if (T < 1 || T > 8 || count < 1 || count > kGemvSegments) return false;
   for (int i = 0; i < count; i++)
     if (!chunks_fit(x, ldx, w[i], K) || !same_encoding(w[0], w[i])) return false;
@@ -2264,6 +2407,7 @@ bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, c
     j.ldy[i] = ldy[src];
   }
   j.segments = count;
+  j.digits = digits;
   launch_gemv_chunks_epi<3>(j, s);
   return true;
 }

@@ -66,19 +66,25 @@ void copy(const View& src, const View& dst, cudaStream_t s);
 void fill(const View& dst, float value, cudaStream_t s);
 
 // y[t, n] (+)= Σ_k x[t, k] · W[n, k] for t < T (T ≤ 8): weights read once for all T rows.
+//
+// Quantized matrices of at least 2^25 weights read the input as 8-bit digits (dp4a) when `digits` is a device
+// buffer of gemv_digits_bytes() that no other stream uses (the GEMV writes it in a launch of its own first); with
+// null they take the f32 path. The choice depends on the matrix and on `digits` only, never on T.
+size_t gemv_digits_bytes();
 void gemv(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K, float* y, int64_t ldy,
-          bool accumulate, cudaStream_t s);
+          bool accumulate, cudaStream_t s, void* digits = nullptr);
 // The gated GEMV: y[t, n] = act(x[t] · gate[n]) · (x[t] · up[n]) with `up`, else act(x[t] · gate[n]) · m[t, n]
 // (row stride ldm); act is a vatic::Unary value. Returns false, launching nothing, when the weights are not of a
 // layout it reads (T above 8, unaligned rows, gate and up of different encodings): the caller composes instead.
 bool gemv_gated(const float* x, int64_t ldx, int T, const Weight& gate, const Weight* up, const float* m,
-                int64_t ldm, int act, int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s);
+                int64_t ldm, int act, int64_t N, int64_t K, float* y, int64_t ldy, cudaStream_t s,
+                void* digits = nullptr);
 // Whether two weights go through one code path of the chunked GEMV (one gemv_many launch can take both).
 bool same_encoding(const Weight& a, const Weight& b);
 // Several matrices of one input in one launch: y[i][t, n] = x[t] · w[i][n] for n < N[i], i < count (at most 3).
 // Returns false, launching nothing, where gemv_gated would (or when the matrices' encodings differ).
 bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, const int64_t* N, int64_t K,
-               float* const* y, const int64_t* ldy, cudaStream_t s);
+               float* const* y, const int64_t* ldy, cudaStream_t s, void* digits = nullptr);
 // The residual add of a normed branch whose last op is a GEMV, in that GEMV's launch: f = x · Wᵀ (T ≤ 8 rows of
 // D = N outputs, written to f), y = (res + rms_norm(f)·w) · scale and, with n, n = rms_norm(y)·w2 (w, w2 may be
 // null). The block that finishes last normalises the rows, one warp per row: it is told so by `counter`, a device
@@ -95,7 +101,7 @@ struct ResidualNorm {
   unsigned* counter = nullptr;
 };
 bool gemv_residual_norm(const float* x, int64_t ldx, int T, const Weight& w, int64_t N, int64_t K,
-                        const ResidualNorm& r, cudaStream_t s);
+                        const ResidualNorm& r, cudaStream_t s, void* digits = nullptr);
 // Routed rows: y[r, :] = x[r / per, :] · W[experts[r]]ᵀ for r < R. `distinct` (device, or null) is increased by
 // the number of distinct experts among experts[0..R).
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,

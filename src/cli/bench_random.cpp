@@ -106,7 +106,6 @@ Tensor random_tensor(const ExpectedTensor& e, uint64_t& seed) {
   return constant_bf16(e.shape, e.name.find("bias") != std::string::npos ? 0.0f : 1.0f);
 }
 
-
 // Tensor `name` as the quantization policy stores it: itself, or its packed codes, scales and biases (`spec`
 // gets "type:group"). A tied embedding table (embedding and LM head at once) stays as it is.
 std::vector<NamedTensor> quantize_for_policy(const std::string& name, const Tensor& t, QuantType type, int group,

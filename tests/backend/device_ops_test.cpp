@@ -306,18 +306,22 @@ TEST(DeviceOps, DecodeRowsEqualVerifyRowsBitForBit) {
 
 TEST(DeviceOps, QuantizedMatmulAndEmbedding) {
   FOR_EACH_DEVICE([](Device dev) {
+    // x · wᵀ on the device against the CPU's f32 sums.
+    auto expect_matmul_as_cpu = [&](const Linear& w, const Tensor& x) {
+      const int64_t T = x.dim(0), N = w.out_features();
+      Tensor want = Tensor::empty({T, N}, DType::F32);
+      cpu_backend().matmul(x, w, want, false);
+      Tensor got = backend_for(dev).empty({T, N}, DType::F32);
+      backend_for(dev).matmul(on(dev, x), on(dev, w), got, false);
+      expect_close(got, want, 2e-5, "matmul");
+    };
     for (int bits : {8, 4})
       for (int group : {32, 64})
         for (int64_t T : {1, 5, 8, 20}) {
           const int64_t N = 45, K = 192;
           SCOPED_TRACE(fmt::format("int{} g{} T={}", bits, group, T));
           Linear w = random_quantized(0, N, K, bits, group);
-          Tensor x = random_host({T, K});
-          Tensor want = Tensor::empty({T, N}, DType::F32);
-          cpu_backend().matmul(x, w, want, false);
-          Tensor got = backend_for(dev).empty({T, N}, DType::F32);
-          backend_for(dev).matmul(on(dev, x), on(dev, w), got, false);
-          expect_close(got, want, 2e-5, "matmul");
+          expect_matmul_as_cpu(w, random_host({T, K}));
           // Rows of the same weight as an embedding table, scaled.
           Tensor ids = Tensor::from_ints({3, 0, 44, 3, 17}, {5});
           Tensor ewant = Tensor::empty({5, K}, DType::F32);
@@ -333,13 +337,8 @@ TEST(DeviceOps, QuantizedMatmulAndEmbedding) {
           const int64_t N = 8192, K = 4096;
           SCOPED_TRACE(fmt::format("large int{} T={}", bits, T));
           OwnRandom own(static_cast<uint32_t>(200 + bits + T));
-          Linear w = random_quantized(0, N, K, bits, 64);
-          Tensor x = random_host({T, K});
-          Tensor want = Tensor::empty({T, N}, DType::F32);
-          cpu_backend().matmul(x, w, want, false);
-          Tensor got = backend_for(dev).empty({T, N}, DType::F32);
-          backend_for(dev).matmul(on(dev, x), on(dev, w), got, false);
-          expect_close(got, want, 2e-5, "matmul");
+          const Linear w = random_quantized(0, N, K, bits, 64);
+          expect_matmul_as_cpu(w, random_host({T, K}));
         }
     for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
       Tensor table = random_host({50, 33}, dt);

@@ -264,15 +264,17 @@ class CudaBackend final : public Backend {
     // Decode GEMVs that load their first weights before waiting on the kernel before them (VATIC_GEMV_EARLY=0 turns
     // it off).
     cuda::set_gemv_early(!env_is("VATIC_GEMV_EARLY", "0"));
-    cuda::set_cluster_attention(!env_is("VATIC_CLUSTER_ATTENTION", "0"));
+    cuda::set_cluster_attention(!env_is("VATIC_CLUSTER_ATTENTION", "0"), !env_is("VATIC_LEAN_ATTENTION", "0"));
     // bf16 prefill GEMMs on tensor cores (compute capability 8.0 and later; VATIC_TENSOR_CORES=0: SGEMM), and the
     // bf16 GEMV of decode and verification too with VATIC_GEMV_TENSOR_CORES=1 (cheaper verification, slower decode:
     // docs/gpu.md).
     tensor_cores_ = prop.major >= 8 && !env_is("VATIC_TENSOR_CORES", "0");
     cuda::set_gemv_tensor_cores(tensor_cores_ && env_is("VATIC_GEMV_TENSOR_CORES", "1"));
-    // Tuning knobs for measurements (docs/gpu.md): VATIC_GEMV_WARPS, VATIC_ATTENTION_SPLIT_KEYS.
+    // Tuning knobs for measurements (docs/gpu.md): VATIC_GEMV_WARPS, VATIC_ATTENTION_SPLIT_KEYS,
+    // VATIC_GEMV_DIGITS_MIN (one threshold for int4 and int8).
     cuda::set_launch_shape(env_int("VATIC_GEMV_WARPS", 0, 1, 1 << 30),
-                           env_int("VATIC_ATTENTION_SPLIT_KEYS", 0, 1, 1 << 30));
+                           env_int("VATIC_ATTENTION_SPLIT_KEYS", 0, 1, 1 << 30),
+                           env_int("VATIC_GEMV_DIGITS_MIN", 0, 1, 1 << 30));
     // The residual norm of a one-row projection in its own launch after the GEMV, as verification's rows take it,
     // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md).
     fused_norms_ = env_is("VATIC_FUSED_NORMS", "1");

@@ -205,6 +205,11 @@ bool g_gemv_mma = false;
 bool g_gemv_early = false;
 int g_gemv_warps = 4096;  // a chunked GEMV splits K until it has about this many warps
 bool g_cluster_attention = true;  // VATIC_CLUSTER_ATTENTION=0 turns the cluster decode attention off
+bool g_lean_attention = true;     // VATIC_LEAN_ATTENTION=0: verification's attention as decode's (for measuring)
+// Quantized GEMV launches of at least this many weights (gate and up together) read the input's digits: int4
+// from 2^21 (E2B's projections: decode as fast, verification of four drafts 2.3 steps instead of 3.2), int8 from
+// 2^25 (below it the digits' launch costs decode more than the GEMV saves). docs/performance.md has the runs.
+int64_t g_digits_min_weights[2] = {int64_t(1) << 21, int64_t(1) << 25};  // [int4, int8]
 int g_split_keys = 16;    // decode attention splits the slots until a split has fewer than twice this many
 
 // A launch with programmatic stream serialization (when on) and, for a `cluster` of more than one block, thread
@@ -1533,10 +1538,14 @@ __device__ __forceinline__ bool key_visible(int32_t pk, int32_t pq, int window) 
 constexpr int kDecodeWarps = 4;
 constexpr int kClusterSplits = 8;  // the portable cluster size
 
-template <int N, int W = kDecodeWarps, bool Cluster = false>
-__global__ void __launch_bounds__(32 * W) attention_decode_kernel(AttentionArgs a, float* partial,
-                                                                  unsigned* counters) {
-  constexpr int KB = N <= 2 ? 4 : 2;  // keys in flight per warp
+//
+// Lean (verification's launches of head rows up to 256 dims): half the keys in flight per warp and registers capped
+// at 64, so that a launch of several queries' blocks fits twice as many of them on an SM. A warp still takes its
+// keys in the same order, one online-softmax step after another, so each query gets the bits a decode launch
+// computes for it.
+template <int N, int W, bool Cluster, bool Lean>
+__device__ __forceinline__ void attention_decode(const AttentionArgs& a, float* partial, unsigned* counters) {
+  constexpr int KB = (N <= 2 ? 4 : 2) / (Lean ? 2 : 1);  // keys in flight per warp
   __shared__ float4 accs[W][32 * N];
   __shared__ float ms[W], ls[W];
   pdl_begin();
@@ -1700,6 +1709,16 @@ __global__ void __launch_bounds__(32 * W) attention_decode_kernel(AttentionArgs 
     float* o = a.out + t * a.soT + h * a.soH;
     for (int64_t d = threadIdx.x; d < a.Dv; d += blockDim.x) o[d] = M == -INFINITY ? 0.0f : numerator(d) / den;
   }
+}
+
+template <int N, int W = kDecodeWarps, bool Cluster = false>
+__global__ void __launch_bounds__(32 * W) attention_decode_kernel(AttentionArgs a, float* partial, unsigned* counters) {
+  attention_decode<N, W, Cluster, false>(a, partial, counters);
+}
+template <int N, int W, bool Cluster>
+__global__ void __launch_bounds__(32 * W, 32 / W) attention_decode_lean_kernel(AttentionArgs a, float* partial,
+                                                                              unsigned* counters) {
+  attention_decode<N, W, Cluster, true>(a, partial, counters);
 }
 
 
@@ -2173,15 +2192,19 @@ __global__ void route_kernel(RouteArgs a) {
 void set_programmatic_launch(bool on) { g_pdl = on; }
 void set_gemv_tensor_cores(bool on) { g_gemv_mma = on; }
 void set_gemv_early(bool on) { g_gemv_early = on; }
-void set_cluster_attention(bool on) { g_cluster_attention = on; }
+void set_cluster_attention(bool on, bool lean) {
+  g_cluster_attention = on;
+  g_lean_attention = lean;
+}
 bool set_kernel_trace(unsigned long long* records, unsigned capacity) {
   unsigned zero = 0;
   return cudaMemcpyToSymbol(c_trace, &records, sizeof(records)) == cudaSuccess &&
          cudaMemcpyToSymbol(c_trace_cap, &capacity, sizeof(capacity)) == cudaSuccess &&
          cudaMemcpyToSymbol(g_trace_next, &zero, sizeof(zero)) == cudaSuccess;
 }
-void set_launch_shape(int gemv_warps, int split_keys) {
+void set_launch_shape(int gemv_warps, int split_keys, int64_t digits_min_weights) {
   if (gemv_warps > 0) g_gemv_warps = gemv_warps;
+  if (digits_min_weights > 0) g_digits_min_weights[0] = g_digits_min_weights[1] = digits_min_weights;
   if (split_keys > 0) g_split_keys = split_keys;
 }
 
@@ -2267,10 +2290,9 @@ void launch_gemv_mma(const GemvJob& j, cudaStream_t s) {
   launch(gemv_mma_kernel<EPI>, static_cast<unsigned>(blocks), 32 * block_warps, 0, s, j, parts);
 }
 
-// Quantized matrices of at least this many weights (and K up to kDigitsMaxK) are read over the input's digits:
-// the digits' own launch pays for itself on them. The choice depends on the matrix only, so that decode and
-// verification rows take the same path.
-constexpr int64_t kDigitsMinWeights = int64_t(1) << 25;
+// Quantized launches of at least g_digits_min_weights weights (by bits; K up to kDigitsMaxK) are read over the
+// input's digits: the digits' own launch pays for itself on them. The choice depends on the matrix only, so that
+// decode and verification rows take the same path.
 constexpr int64_t kDigitsMaxK = 65536;
 
 constexpr int64_t kMaxGemvRows = 8;
@@ -2283,7 +2305,9 @@ template <int EPI>
 void launch_gemv_chunks_epi(const GemvJob& job, cudaStream_t s) {
   GemvJob j = job;
   const int64_t N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
-  if (j.w[0].bits != 0 && j.digits && N * j.K >= kDigitsMinWeights && j.K <= kDigitsMaxK && j.T <= kMaxGemvRows) {
+  const int64_t weights = (EPI == 1 ? 2 : 1) * N * j.K;
+  if (j.w[0].bits != 0 && j.digits && weights >= g_digits_min_weights[j.w[0].bits == 8] && j.K <= kDigitsMaxK &&
+      j.T <= kMaxGemvRows) {
     const int bits = j.w[0].bits;
     int8_t* planes = static_cast<int8_t*>(j.digits);
     float* scales = reinterpret_cast<float*>(planes + kMaxGemvRows * 3 * kDigitsMaxK);
@@ -2541,8 +2565,11 @@ size_t attention_scratch_floats(const AttentionArgs& a) {
 }
 
 // The decode attention kernel for head rows of up to 128·n dims (n = attention_decode_width: 1, 2 or 4).
+// Launches of several queries (verification) take the lean kernel for rows of up to 256 dims (the same bits).
 template <int W, bool Cluster>
-auto attention_decode_of(int n) {
+auto attention_decode_of(int n, int64_t T) {
+  if (T > 1 && g_lean_attention && n <= 2)
+    return n == 1 ? attention_decode_lean_kernel<1, W, Cluster> : attention_decode_lean_kernel<2, W, Cluster>;
   return n == 1 ? attention_decode_kernel<1, W, Cluster>
                 : n == 2 ? attention_decode_kernel<2, W, Cluster> : attention_decode_kernel<4, W, Cluster>;
 }
@@ -2564,15 +2591,15 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
     const dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(cs));
     const dim3 cluster(1, static_cast<unsigned>(cs), 1);
     if (attention_cluster_warps(a) == 16)
-      launch_in(attention_decode_of<16, true>(n), grid, 32 * 16, 0, cluster, s, a, scratch, counters);
+      launch_in(attention_decode_of<16, true>(n, a.T), grid, 32 * 16, 0, cluster, s, a, scratch, counters);
     else
-      launch_in(attention_decode_of<8, true>(n), grid, 32 * 8, 0, cluster, s, a, scratch, counters);
+      launch_in(attention_decode_of<8, true>(n, a.T), grid, 32 * 8, 0, cluster, s, a, scratch, counters);
     return;
   }
   const int splits = attention_splits(a);
   dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(splits));
   if (const int n = attention_decode_width(a)) {
-    launch(attention_decode_of<kDecodeWarps, false>(n), grid, 32 * kDecodeWarps, 0, s, a, scratch, counters);
+    launch(attention_decode_of<kDecodeWarps, false>(n, a.T), grid, 32 * kDecodeWarps, 0, s, a, scratch, counters);
     return;
   }
   const size_t smem = sizeof(float) * (a.D + kAttnWarps * a.Dv + 2 * kAttnWarps);

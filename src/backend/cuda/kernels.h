@@ -52,11 +52,13 @@ void set_gemv_tensor_cores(bool on);
 // With programmatic launch, a chunked GEMV issues its first weight loads before it waits on the kernel before it
 // (whose tail then overlaps them), unless a weight is `computed`. The backend turns it on (docs/gpu.md).
 void set_gemv_early(bool on);
-// Decode attention over a short run of slots in thread block clusters (on by default).
-void set_cluster_attention(bool on);
+// Decode attention over a short run of slots in thread block clusters (on by default), and verification's
+// attention in the register-lean form of the decode kernel (on by default; the same bits either way).
+void set_cluster_attention(bool on, bool lean = true);
 // How finely work is split (values <= 0 keep the defaults): the warps a chunked GEMV aims for when splitting each
-// row's K, and the fewest slots per split of decode attention.
-void set_launch_shape(int gemv_warps, int split_keys);
+// row's K, the fewest slots per split of decode attention, and the fewest weights of a quantized GEMV launch that
+// reads the input's digits.
+void set_launch_shape(int gemv_warps, int split_keys, int64_t digits_min_weights = 0);
 // Kernel trace for measurements: every launch from now on writes (source line of its pdl_begin << 32 | grid
 // width, global timer ns) to records[2i], records[2i + 1] (device-visible host memory) for its first `capacity`
 // launches. False where the device refused.

@@ -28,7 +28,8 @@ import statistics
 def kernel_lines(source):
     names, current = {}, None
     for no, line in enumerate(open(source), 1):
-        if "__global__" in line or "void gemv_chunks(" in line:
+        # kernels, and the device functions whose body (with its pdl_begin) several kernels share
+        if "__global__" in line or "void gemv_chunks(" in line or "void attention_decode(" in line:
             called = [n for n in re.findall(r"\b(\w+)\(", line) if not n.startswith("__")]
             if called:
                 current = called[0]

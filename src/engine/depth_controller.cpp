@@ -24,6 +24,9 @@ constexpr int kSeedSamples = 2;
 // A deeper depth is chosen only when it promises this much more than the chosen one: estimates within 10 %
 // of each other are noise, and every change costs a round that measures nothing clean.
 constexpr double kSwitchMargin = 0.1;
+// Rounds between probes one deeper than the chosen depth: from the minimum after a change of depth, doubled after
+// each probe that did not pay, up to the maximum.
+constexpr int kMinProbeInterval = 4;
 constexpr int kMaxProbeInterval = 64;
 }  // namespace
 
@@ -134,10 +137,13 @@ int DepthController::next() {
   int sel = best();
   if (sel != selected_) {
     selected_ = sel;
-    probe_interval_ = 4;
+    probe_interval_ = kMinProbeInterval;
     since_probe_ = 0;
   } else if (last_was_probe_) {
-    probe_interval_ = std::min(probe_interval_ * 2, kMaxProbeInterval);
+    // Backing off only after a probe that did not pay: one whose drafts were all accepted is evidence for the
+    // deeper depth, and its estimate needs more of it (doubling after every probe left the depth parked at 0 for a
+    // whole reply when a reply's first rounds rejected its drafts and the probes afterwards were all accepted).
+    if (!probe_paid_) probe_interval_ = std::min(probe_interval_ * 2, kMaxProbeInterval);
   }
   last_was_probe_ = false;
   if (++since_probe_ >= probe_interval_ && selected_ < max_depth_) {
@@ -177,6 +183,8 @@ void DepthController::record(int depth, int accepted, double seconds) {
     accept_[i] += std::max(kAcceptAlpha, 1.0 / accept_n_[i]) * ((ok ? 1.0 : 0.0) - accept_[i]);
     if (!ok) break;  // positions after a rejection were not tested
   }
+  if (last_was_probe_ && depth == selected_ + 1)
+    probe_paid_ = accepted == depth;
 }
 
 }  // namespace vatic

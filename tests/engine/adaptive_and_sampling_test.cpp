@@ -158,6 +158,32 @@ TEST(AdaptiveDepth, SettlesOnTheMeasuredBestDepth) {
   EXPECT_LE(deep, 5);
 }
 
+// A made-up machine where plain decoding is cheap next to a round that drafts (plain 1 ms, a round of depth n
+// 1 + 0.6 n ms: one draft pays above an acceptance of 0.6) and the drafts of a reply's first eight rounds are
+// rarely accepted (25 %), later ones nearly always (position 0 90 %, later positions 80 %: depth 1 1.19 tokens a
+// ms, depth 2 1.19, plain 1.0). The early rejections send the controller to plain decoding; its probes one deeper,
+// accepted, must bring it back within a short reply, not only after probes grown 64 rounds apart.
+TEST(AdaptiveDepth, ProbesThatPayBringItBackSoon) {
+  int drafting = 0, rounds = 0;
+  for (int seed = 1; seed <= 20; seed++) {
+    DepthController d(4);
+    std::mt19937 rng(seed);
+    std::uniform_real_distribution<double> u(0.0, 1.0);
+    for (int round = 0; round < 128; round++) {
+      const int n = d.next();
+      int accepted = 0;
+      while (accepted < n && u(rng) < (round < 8 ? 0.25 : accepted == 0 ? 0.9 : 0.8)) accepted++;
+      d.record(n, accepted, (1.0 + 0.6 * n) * (1.0 + 0.05 * u(rng)) * 1e-3);
+      if (round >= 64) {
+        drafting += n > 0;
+        rounds++;
+      }
+    }
+  }
+  // The second half of the reply drafts in most rounds (backing off after every probe: 43 of 1,280).
+  EXPECT_GE(drafting, rounds / 2) << drafting << " of " << rounds << " rounds drafted";
+}
+
 TEST(AdaptiveDepth, RecoversAfterDraftsStartToPay) {
   // First useless drafts (depth falls), then the oracle on the same controller: depth climbs back.
   auto lm = load_language_model(ModelSource::from_directory(model_dir("gemma4-dense-tiny")), test_device());

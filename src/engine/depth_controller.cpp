@@ -24,8 +24,8 @@ constexpr int kSeedSamples = 2;
 // A deeper depth is chosen only when it promises this much more than the chosen one: estimates within 10 %
 // of each other are noise, and every change costs a round that measures nothing clean.
 constexpr double kSwitchMargin = 0.1;
-// Rounds between probes one deeper than the chosen depth: from the minimum after a change of depth, doubled after
-// each probe that did not pay, up to the maximum.
+// Rounds between probes one deeper than the chosen depth: from the minimum after a change of depth, doubled
+// after each probe that did not pay, up to the maximum.
 constexpr int kMinProbeInterval = 4;
 constexpr int kMaxProbeInterval = 64;
 }  // namespace
@@ -141,8 +141,9 @@ int DepthController::next() {
     since_probe_ = 0;
   } else if (last_was_probe_) {
     // Backing off only after a probe that did not pay: one whose drafts were all accepted is evidence for the
-    // deeper depth, and its estimate needs more of it (doubling after every probe left the depth parked at 0 for a
-    // whole reply when a reply's first rounds rejected its drafts and the probes afterwards were all accepted).
+    // deeper depth, and its estimate needs more of it (doubling after every probe left the depth parked at 0
+    // for a whole reply when a reply's first rounds rejected its drafts and the probes afterwards were all
+    // accepted).
     if (!probe_paid_) probe_interval_ = std::min(probe_interval_ * 2, kMaxProbeInterval);
   }
   last_was_probe_ = false;
@@ -183,8 +184,7 @@ void DepthController::record(int depth, int accepted, double seconds) {
     accept_[i] += std::max(kAcceptAlpha, 1.0 / accept_n_[i]) * ((ok ? 1.0 : 0.0) - accept_[i]);
     if (!ok) break;  // positions after a rejection were not tested
   }
-  if (last_was_probe_ && depth == selected_ + 1)
-    probe_paid_ = accepted == depth;
+  if (last_was_probe_) probe_paid_ = depth == selected_ + 1 && accepted == depth;
 }
 
 }  // namespace vatic

@@ -99,8 +99,8 @@ TEST(AdaptiveDepth, StartsAtDepthOneAndKeepsSlowProbesFromRaisingCosts) {
   EXPECT_EQ(d.next(), 1);
   d.record(1, 0, 0.010);  // position 0 rejected once ...
   EXPECT_EQ(d.next(), 1);
-  // ... then accepted twice: its acceptance is the mean of the three samples, shrunk toward an even chance by one
-  // pseudo-sample: (2 + 0.5) / 4.
+  // ... then accepted twice: its acceptance is the mean of the three samples, shrunk toward an even chance by
+  // one pseudo-sample: (2 + 0.5) / 4.
   d.record(1, 1, 0.010);
   d.record(1, 1, 0.010);
   EXPECT_NEAR(d.acceptance(0), 0.625, 1e-12);
@@ -160,9 +160,10 @@ TEST(AdaptiveDepth, SettlesOnTheMeasuredBestDepth) {
 
 // A made-up machine where plain decoding is cheap next to a round that drafts (plain 1 ms, a round of depth n
 // 1 + 0.6 n ms: one draft pays above an acceptance of 0.6) and the drafts of a reply's first eight rounds are
-// rarely accepted (25 %), later ones nearly always (position 0 90 %, later positions 80 %: depth 1 1.19 tokens a
-// ms, depth 2 1.19, plain 1.0). The early rejections send the controller to plain decoding; its probes one deeper,
-// accepted, must bring it back within a short reply, not only after probes grown 64 rounds apart.
+// rarely accepted (25 %), later ones nearly always (position 0 90 %, later positions 80 %: depth 1 1.19
+// tokens a ms, depth 2 1.19, plain 1.0). The early rejections send the controller to plain decoding; its
+// probes one deeper, accepted, must bring it back within a short reply, not only after probes grown 64 rounds
+// apart.
 TEST(AdaptiveDepth, ProbesThatPayBringItBackSoon) {
   int drafting = 0, rounds = 0;
   for (int seed = 1; seed <= 20; seed++) {

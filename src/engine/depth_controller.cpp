@@ -140,10 +140,10 @@ int DepthController::next() {
     probe_interval_ = kMinProbeInterval;
     since_probe_ = 0;
   } else if (last_was_probe_) {
-    // Backing off only after a probe that did not pay: one whose drafts were all accepted is evidence for the
-    // deeper depth, and its estimate needs more of it (doubling after every probe left the depth parked at 0
-    // for a whole reply when a reply's first rounds rejected its drafts and the probes afterwards were all
-    // accepted).
+    // Backing off only after a probe that did not pay (see record): one whose drafts were all accepted and
+    // raised the deeper depth's estimate is evidence for climbing that has not yet cleared the margin, so the
+    // next comes as soon. Doubling after every probe left the depth parked at 0 for a whole reply when a
+    // reply's first rounds rejected its drafts and the probes afterwards were all accepted.
     if (!probe_paid_) probe_interval_ = std::min(probe_interval_ * 2, kMaxProbeInterval);
   }
   last_was_probe_ = false;
@@ -157,6 +157,8 @@ int DepthController::next() {
 
 void DepthController::record(int depth, int accepted, double seconds) {
   if (depth < 0 || depth > max_depth_) return;
+  const bool probe = last_was_probe_ && depth == selected_ + 1;
+  const double rate_before = probe ? expected_rate(depth) : 0.0;
   // Timing noise only ever adds time (a descheduled thread, a page fault), so the estimate follows a faster
   // round quickly and a slower one cautiously: at most 25% of the estimate per sample. The first round after
   // a depth change may carry one-off costs, so it neither seeds a depth that has no estimate yet nor raises
@@ -184,7 +186,11 @@ void DepthController::record(int depth, int accepted, double seconds) {
     accept_[i] += std::max(kAcceptAlpha, 1.0 / accept_n_[i]) * ((ok ? 1.0 : 0.0) - accept_[i]);
     if (!ok) break;  // positions after a rejection were not tested
   }
-  if (last_was_probe_) probe_paid_ = depth == selected_ + 1 && accepted == depth;
+  // A probe pays when all its drafts were accepted and it moved the probed depth's expected rate by a tenth
+  // of the margin to climb or more: drafts accepted where the estimate already expected them (a good drafter
+  // whose deeper rounds cost too much) tell nothing new and back off as before.
+  probe_paid_ =
+      probe && accepted == depth && expected_rate(depth) >= rate_before * (1.0 + kSwitchMargin / 10);
 }
 
 }  // namespace vatic

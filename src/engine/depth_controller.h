@@ -36,7 +36,7 @@ class DepthController {
   int probe_interval_ = 4;
   int since_probe_ = 0;
   bool last_was_probe_ = false;
-  bool probe_paid_ = false;  // the last probe's drafts were all accepted
+  bool probe_paid_ = false;  // the last probe's drafts were all accepted and raised its depth's estimate
 };
 
 }  // namespace vatic

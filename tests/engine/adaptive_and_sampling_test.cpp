@@ -185,9 +185,9 @@ TEST(AdaptiveDepth, ProbesThatPayBringItBackSoon) {
   EXPECT_GE(drafting, rounds / 2) << drafting << " of " << rounds << " rounds drafted";
 }
 
-// Drafts that are accepted but do not pay: plain 1 ms, a round of depth n 1 + 1.2 n ms, every draft accepted 95 %
-// of the time (depth 1 0.89 tokens a ms against plain's 1.0). Once parked at 0, the probes one deeper are accepted
-// as the estimate expects, so they must still back off.
+// Drafts that are accepted but do not pay: plain 1 ms, a round of depth n 1 + 1.2 n ms, every draft accepted
+// 95 % of the time (depth 1 0.89 tokens a ms against plain's 1.0). Once parked at 0, the probes one deeper
+// are accepted as the estimate expects, so they must still back off.
 TEST(AdaptiveDepth, AcceptedProbesThatDoNotPayStillBackOff) {
   int drafting = 0, rounds = 0;
   for (int seed = 1; seed <= 20; seed++) {

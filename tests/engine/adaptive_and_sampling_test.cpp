@@ -2,6 +2,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 
@@ -132,22 +133,43 @@ TEST(AdaptiveDepth, StartsAtDepthOneAndKeepsSlowProbesFromRaisingCosts) {
   EXPECT_DOUBLE_EQ(cost(2), 0.0215);
 }
 
+// The depths a controller of depth 4 chooses on a made-up machine: in round r a draft at position i is
+// accepted with probability accept(r, i), and a round of depth n takes ms(r, n) milliseconds, 5 % noise
+// added.
+std::vector<int> made_up_trace(unsigned seed, int rounds, const std::function<double(int, int)>& accept,
+                               const std::function<double(int, int)>& ms) {
+  DepthController d(4);
+  std::mt19937 rng(seed);
+  std::uniform_real_distribution<double> u(0.0, 1.0);
+  std::vector<int> trace;
+  for (int round = 0; round < rounds; round++) {
+    const int n = d.next();
+    trace.push_back(n);
+    int accepted = 0;
+    while (accepted < n && u(rng) < accept(round, accepted)) accepted++;
+    d.record(n, accepted, ms(round, n) * (1.0 + 0.05 * u(rng)) * 1e-3);
+  }
+  return trace;
+}
+
+// Rounds from `from` on that drafted, and all rounds from `from` on, over seeds 1..20.
+std::pair<int, int> drafting_from(int from, int rounds, const std::function<double(int, int)>& accept,
+                                  const std::function<double(int, int)>& ms) {
+  int drafting = 0, counted = 0;
+  for (unsigned seed = 1; seed <= 20; seed++) {
+    const std::vector<int> trace = made_up_trace(seed, rounds, accept, ms);
+    for (size_t i = static_cast<size_t>(from); i < trace.size(); i++, counted++) drafting += trace[i] > 0;
+  }
+  return {drafting, counted};
+}
+
 // A made-up machine where one draft pays and more do not: a round of depth n costs 1 + 0.45 n ms, position 0
 // is accepted 75 % of the time and later positions 50 % (depth 1 1.21 tokens a ms, depth 2 1.12, plain 1.0,
 // depth 3 0.98), and a reply's first rounds are four times slower. The controller must settle on depth 1.
 TEST(AdaptiveDepth, SettlesOnTheMeasuredBestDepth) {
-  DepthController d(4);
-  std::mt19937 rng(7);
-  std::uniform_real_distribution<double> u(0.0, 1.0);
-  std::vector<int> trace;
-  for (int round = 0; round < 200; round++) {
-    const int n = d.next();
-    trace.push_back(n);
-    int accepted = 0;
-    while (accepted < n && u(rng) < (accepted == 0 ? 0.75 : 0.5)) accepted++;
-    const double ms = (1.0 + 0.45 * n) * (round < 4 ? 4.0 : 1.0) * (1.0 + 0.05 * u(rng));
-    d.record(n, accepted, ms * 1e-3);
-  }
+  const std::vector<int> trace = made_up_trace(
+      7, 200, [](int, int i) { return i == 0 ? 0.75 : 0.5; },
+      [](int round, int n) { return (1.0 + 0.45 * n) * (round < 4 ? 4.0 : 1.0); });
   EXPECT_EQ(trace[0], 1) << "did not start shallow";
   int at_one = 0, deep = 0;
   for (size_t i = 50; i < trace.size(); i++) {
@@ -165,22 +187,9 @@ TEST(AdaptiveDepth, SettlesOnTheMeasuredBestDepth) {
 // probes one deeper, accepted, must bring it back within a short reply, not only after probes grown 64 rounds
 // apart.
 TEST(AdaptiveDepth, ProbesThatPayBringItBackSoon) {
-  int drafting = 0, rounds = 0;
-  for (int seed = 1; seed <= 20; seed++) {
-    DepthController d(4);
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    for (int round = 0; round < 128; round++) {
-      const int n = d.next();
-      int accepted = 0;
-      while (accepted < n && u(rng) < (round < 8 ? 0.25 : accepted == 0 ? 0.9 : 0.8)) accepted++;
-      d.record(n, accepted, (1.0 + 0.6 * n) * (1.0 + 0.05 * u(rng)) * 1e-3);
-      if (round >= 64) {
-        drafting += n > 0;
-        rounds++;
-      }
-    }
-  }
+  const auto [drafting, rounds] = drafting_from(
+      64, 128, [](int round, int i) { return round < 8 ? 0.25 : (i == 0 ? 0.9 : 0.8); },
+      [](int, int n) { return 1.0 + 0.6 * n; });
   // The second half of the reply drafts in most rounds (backing off after every probe: 43 of 1,280).
   EXPECT_GE(drafting, rounds / 2) << drafting << " of " << rounds << " rounds drafted";
 }
@@ -189,22 +198,8 @@ TEST(AdaptiveDepth, ProbesThatPayBringItBackSoon) {
 // 95 % of the time (depth 1 0.89 tokens a ms against plain's 1.0). Once parked at 0, the probes one deeper
 // are accepted as the estimate expects, so they must still back off.
 TEST(AdaptiveDepth, AcceptedProbesThatDoNotPayStillBackOff) {
-  int drafting = 0, rounds = 0;
-  for (int seed = 1; seed <= 20; seed++) {
-    DepthController d(4);
-    std::mt19937 rng(seed);
-    std::uniform_real_distribution<double> u(0.0, 1.0);
-    for (int round = 0; round < 200; round++) {
-      const int n = d.next();
-      int accepted = 0;
-      while (accepted < n && u(rng) < 0.95) accepted++;
-      d.record(n, accepted, (1.0 + 1.2 * n) * (1.0 + 0.05 * u(rng)) * 1e-3);
-      if (round >= 64) {
-        drafting += n > 0;
-        rounds++;
-      }
-    }
-  }
+  const auto [drafting, rounds] = drafting_from(
+      64, 200, [](int, int) { return 0.95; }, [](int, int n) { return 1.0 + 1.2 * n; });
   // Probes 16, 32, 64 rounds apart: a handful in 136 rounds (a probe every 4 rounds would be 34 a seed).
   EXPECT_LE(drafting, rounds / 20) << drafting << " of " << rounds << " rounds drafted";
 }

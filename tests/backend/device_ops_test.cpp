@@ -685,6 +685,8 @@ TEST(DeviceOps, Attention) {
                    // Long caches whose key heads serve 4 or 8 query heads, several queries, windows, empty slots.
                    Case{3, 2500, 8, 2, 256, 256, 0, 7, false}, Case{2, 3000, 8, 1, 512, 512, 0, 0, false},
                    Case{1, 4100, 16, 2, 128, 128, 1000, 0, false}, Case{8, 2048, 8, 2, 512, 512, 600, 3, false},
+                   Case{2, 9000, 8, 1, 512, 512, 0, 5, false}, Case{1, 5000, 4, 1, 256, 256, 3000, 0, false},
+                   Case{3, 2400, 4, 2, 256, 256, 0, 0, false},
                    // Sliding-window rings and short caches of more query heads (the cluster kernel's other shape).
                    Case{2, 528, 16, 8, 256, 256, 512, 3, false}, Case{1, 256, 32, 4, 512, 512, 0, 0, false},
                    Case{3, 528, 32, 16, 256, 256, 100, 0, false}}) {
@@ -723,7 +725,7 @@ TEST(DeviceOps, AttentionDecodeRowsEqualVerifyRowsBitForBit) {
     };
     for (Case c : {Case{544, 8, 256, 512}, Case{4000, 8, 512, 0}, Case{1200, 20, 64, 0}, Case{300, 2, 128, 0},
                    Case{3000, 4, 256, 700}, Case{2100, 8, 128, 0}, Case{256, 16, 512, 0}, Case{528, 32, 256, 512},
-                   Case{40, 8, 64, 0}}) {
+                   Case{40, 8, 64, 0}, Case{6000, 2, 256, 0}, Case{8192, 8, 256, 4000}}) {
       SCOPED_TRACE(fmt::format("S={} Hq={} D={} window={}", c.S, c.Hq, c.D, c.window));
       const int64_t T = 8;
       Tensor q = on(dev, random_host({T, c.Hq, c.D}));

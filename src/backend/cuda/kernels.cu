@@ -206,6 +206,8 @@ bool g_gemv_early = false;
 int g_gemv_warps = 4096;  // a chunked GEMV splits K until it has about this many warps
 bool g_cluster_attention = true;  // VATIC_CLUSTER_ATTENTION=0 turns the cluster decode attention off
 bool g_lean_attention = true;     // VATIC_LEAN_ATTENTION=0: verification's attention as decode's (for measuring)
+bool g_group_attention = true;    // VATIC_GROUP_ATTENTION=0: long caches by single heads (for measuring)
+int g_group_blocks = 1024;        // attention_group_kernel doubles its split while it would have more blocks a query
 // Quantized GEMV launches of at least this many weights (gate and up together) read the input's digits: int4
 // from 2^21 (E2B's projections: decode as fast, verification of four drafts 2.3 steps instead of 3.2), int8 from
 // 2^25 (below it the digits' launch costs decode more than the GEMV saves). docs/performance.md has the runs.
@@ -1721,6 +1723,210 @@ __global__ void __launch_bounds__(32 * W, 32 / W) attention_decode_lean_kernel(A
   attention_decode<N, W, Cluster, true>(a, partial, counters);
 }
 
+// Decode and verification attention by groups of query heads over long caches: one block of kGroupWarps warps per
+// (query, key head, split of the slots) computes the G query heads that share the key head, so that each key and
+// value row is read once per query instead of once per query head (the per-head kernel reads it G times, from L2
+// after the first, and over tens of thousands of slots that traffic is what bounds it). Warp w owns dims
+// [w·32P, (w+1)·32P) of the keys and values (P = 1 for head rows of 256, 2 for 512), P consecutive dims a lane.
+// Keys come in tiles of KT = 32 / G: a lane multiplies its dims of the G queries with the tile's keys (G·KT = 32
+// partial products), the warp sums them by halving (after five exchanges each lane holds the warp's sum of one
+// (head, key) pair: the lane's index), the warps' sums meet in shared memory and every warp adds them in the same
+// order, so that all warps agree on each score. Each lane then takes its head's online-softmax step for the tile
+// (the KT lanes of a head together) and every warp accumulates its dims of the values for all G heads. The next
+// tile's rows are loaded while this one is summed; keys no query can see are never loaded, and tiles without any
+// are skipped. Each split leaves (max, denominator, numerators) per head for attention_group_merge_kernel. The
+// split depends on the key heads and slots only, so a query verified among others gets the bits it gets alone.
+constexpr int kGroupWarps = 8;
+constexpr int kGroupMaxSplitKeys = 32 * kGroupWarps;  // a split's positions: one per thread
+constexpr int64_t kGroupMinSlots = 2048;              // shorter caches keep the per-head kernels
+
+template <int H>
+__device__ __forceinline__ void halve_sums(float (&v)[32], int lane) {
+  // Lanes with bit H keep the upper H values and add their partner's; the others the lower ones.
+  const bool upper = lane & H;
+#pragma unroll
+  for (int i = 0; i < H; i++) {
+    const float send = upper ? v[i] : v[i + H];
+    const float keep = upper ? v[i + H] : v[i];
+    v[i] = keep + __shfl_xor_sync(0xffffffffu, send, H);
+  }
+}
+
+template <int P, int G>
+__global__ void __launch_bounds__(32 * kGroupWarps, 2) attention_group_kernel(AttentionArgs a, float* partial,
+                                                                            int split_keys) {
+  constexpr int KT = 32 / G;
+  __shared__ float red[2][kGroupWarps][32];
+  __shared__ uint32_t vis_bits[kGroupMaxSplitKeys / 32];
+  pdl_begin();
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int64_t t = blockIdx.x / a.Hkv, kh = blockIdx.x % a.Hkv;
+  const int64_t s_begin = static_cast<int64_t>(blockIdx.y) * split_keys, s_end = min(a.S, s_begin + split_keys);
+  const int32_t pq = a.q_pos[t];
+  {
+    const int64_t s = s_begin + threadIdx.x;
+    const bool vis = s < s_end && key_visible(a.k_pos[s], pq, a.window);
+    const unsigned bits = __ballot_sync(0xffffffffu, vis);
+    if (lane == 0) vis_bits[warp] = bits;
+  }
+  const int64_t d0 = static_cast<int64_t>(warp) * 32 * P + lane * P;
+  float q[G][P], acc[G][P];
+#pragma unroll
+  for (int r = 0; r < G; r++)
+#pragma unroll
+    for (int p = 0; p < P; p++) {
+      q[r][p] = a.q[t * a.sqT + (kh * G + r) * a.sqH + d0 + p];
+      acc[r][p] = 0.0f;
+    }
+  __syncthreads();
+  auto tile_bits = [&](int j0) { return (vis_bits[j0 >> 5] >> (j0 & 31)) & ((1u << KT) - 1u); };
+  auto load_tile = [&](int j0, float (&kt)[KT][P], float (&vt)[KT][P]) {
+    const uint32_t bits = tile_bits(j0);
+#pragma unroll
+    for (int j = 0; j < KT; j++) {
+      const bool ok = (bits >> j) & 1u;
+      const int64_t s = s_begin + j0 + j;
+      const float* kp = a.k + s * a.skS + kh * a.skH + d0;
+      const float* vp = a.v + s * a.svS + kh * a.svH + d0;
+      if constexpr (P == 2) {
+        const float2 kv = ok ? *reinterpret_cast<const float2*>(kp) : make_float2(0.0f, 0.0f);
+        const float2 vv = ok ? *reinterpret_cast<const float2*>(vp) : make_float2(0.0f, 0.0f);
+        kt[j][0] = kv.x;
+        kt[j][1] = kv.y;
+        vt[j][0] = vv.x;
+        vt[j][1] = vv.y;
+      } else {
+        kt[j][0] = ok ? kp[0] : 0.0f;
+        vt[j][0] = ok ? vp[0] : 0.0f;
+      }
+    }
+  };
+  // This lane's head (lane / KT) and key of the tile (lane % KT); its head's running max and denominator.
+  const int my_key = lane % KT;
+  float m = -INFINITY, l = 0.0f;
+  const int n_keys = static_cast<int>(s_end - s_begin), tiles = (n_keys + KT - 1) / KT;
+  float kc[KT][P], vc[KT][P], kn[KT][P], vn[KT][P];
+  if (tiles > 0) load_tile(0, kc, vc);
+  int buf = 0;
+  for (int i = 0; i < tiles; i++) {
+    if (i + 1 < tiles) load_tile((i + 1) * KT, kn, vn);
+    const uint32_t bits = tile_bits(i * KT);
+    if (bits) {
+      float v[32];
+#pragma unroll
+      for (int r = 0; r < G; r++)
+#pragma unroll
+        for (int j = 0; j < KT; j++) {
+          float d = 0.0f;
+#pragma unroll
+          for (int p = 0; p < P; p++) d += q[r][p] * kc[j][p];
+          v[r * KT + j] = d;
+        }
+      halve_sums<16>(v, lane);
+      halve_sums<8>(v, lane);
+      halve_sums<4>(v, lane);
+      halve_sums<2>(v, lane);
+      halve_sums<1>(v, lane);
+      red[buf][warp][lane] = v[0];
+      __syncthreads();
+      float sum = 0.0f;
+#pragma unroll
+      for (int w = 0; w < kGroupWarps; w++) sum += red[buf][w][lane];
+      buf ^= 1;
+      const bool vis = (bits >> my_key) & 1u;
+      const float score = vis ? a.scale * sum : -INFINITY;
+      float mt = score;
+#pragma unroll
+      for (int o = KT / 2; o > 0; o >>= 1) mt = fmaxf(mt, __shfl_xor_sync(0xffffffffu, mt, o));
+      const float mn = fmaxf(m, mt);  // finite: the tile has a visible key, for every head alike
+      const float c = m == -INFINITY ? 0.0f : expf(m - mn);
+      const float pr = vis ? expf(score - mn) : 0.0f;
+      float ps = pr;
+#pragma unroll
+      for (int o = KT / 2; o > 0; o >>= 1) ps += __shfl_xor_sync(0xffffffffu, ps, o);
+      l = l * c + ps;
+      m = mn;
+#pragma unroll
+      for (int r = 0; r < G; r++) {
+        const float cr = __shfl_sync(0xffffffffu, c, r * KT);
+#pragma unroll
+        for (int p = 0; p < P; p++) acc[r][p] *= cr;
+#pragma unroll
+        for (int j = 0; j < KT; j++) {
+          const float pj = __shfl_sync(0xffffffffu, pr, r * KT + j);
+#pragma unroll
+          for (int p = 0; p < P; p++) acc[r][p] += pj * vc[j][p];
+        }
+      }
+    }
+    if (i + 1 < tiles)
+#pragma unroll
+      for (int j = 0; j < KT; j++)
+#pragma unroll
+        for (int p = 0; p < P; p++) {
+          kc[j][p] = kn[j][p];
+          vc[j][p] = vn[j][p];
+        }
+  }
+  const int64_t row = a.Dv + 2;
+#pragma unroll
+  for (int r = 0; r < G; r++) {
+    float* part = partial + ((t * a.Hq + kh * G + r) * gridDim.y + blockIdx.y) * row;
+#pragma unroll
+    for (int p = 0; p < P; p++) part[2 + d0 + p] = acc[r][p];
+    if (warp == 0 && lane == r * KT) {
+      part[0] = m;
+      part[1] = l;
+    }
+  }
+}
+
+// The splits of attention_group_kernel merged: a block per (query, head, 32 value dims), its 8 warps taking every
+// 8th split (eight splits' loads at a time), then adding their sums in warp order.
+__global__ void __launch_bounds__(256) attention_group_merge_kernel(AttentionArgs a, const float* partial,
+                                                                    int splits) {
+  __shared__ float red[32];
+  __shared__ float nums[8][32], dens[8];
+  pdl_begin();
+  const int64_t qh = blockIdx.x, t = qh / a.Hq, h = qh % a.Hq, row = a.Dv + 2;
+  const float* part = partial + qh * splits * row;
+  float mx = -INFINITY;
+  for (int i = threadIdx.x; i < splits; i += blockDim.x) mx = fmaxf(mx, __ldcg(part + i * row));
+  const float M = block_max(mx, red);
+  const int grp = threadIdx.x >> 5, dl = threadIdx.x & 31;
+  const int64_t d = static_cast<int64_t>(blockIdx.y) * 32 + dl;
+  float num = 0.0f, den = 0.0f;
+  for (int i0 = grp; i0 < splits; i0 += 8 * 8) {
+    float mi[8], li[8], ni[8];
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      const int i = i0 + 8 * u;
+      const bool ok = i < splits;
+      mi[u] = ok ? __ldcg(part + i * row) : -INFINITY;
+      li[u] = ok ? __ldcg(part + i * row + 1) : 0.0f;
+      ni[u] = ok && d < a.Dv ? __ldcg(part + i * row + 2 + d) : 0.0f;
+    }
+#pragma unroll
+    for (int u = 0; u < 8; u++) {
+      if (mi[u] == -INFINITY) continue;
+      const float w = expf(mi[u] - M);
+      num += w * ni[u];
+      den += w * li[u];
+    }
+  }
+  nums[grp][dl] = num;
+  if (dl == 0) dens[grp] = den;
+  __syncthreads();
+  if (grp != 0 || d >= a.Dv) return;
+  float n = 0.0f, dn = 0.0f;
+#pragma unroll
+  for (int g = 0; g < 8; g++) {
+    n += nums[g][dl];
+    dn += dens[g];
+  }
+  a.out[t * a.soT + h * a.soH + d] = M == -INFINITY ? 0.0f : n / dn;
+}
+
 
 int attention_tile_keys(const AttentionArgs& a) { return a.D > 256 ? 16 : 32; }
 size_t attention_tile_smem(const AttentionArgs& a) {
@@ -2196,6 +2402,10 @@ void set_cluster_attention(bool on, bool lean) {
   g_cluster_attention = on;
   g_lean_attention = lean;
 }
+void set_group_attention(bool on, int blocks) {
+  g_group_attention = on;
+  if (blocks > 0) g_group_blocks = blocks;
+}
 bool set_kernel_trace(unsigned long long* records, unsigned capacity) {
   unsigned zero = 0;
   return cudaMemcpyToSymbol(c_trace, &records, sizeof(records)) == cudaSuccess &&
@@ -2558,8 +2768,29 @@ int attention_decode_width(const AttentionArgs& a) {
   return widest <= 128 ? 1 : widest <= 256 ? 2 : widest <= 512 ? 4 : 0;
 }
 
+// The slots a split of attention_group_kernel takes, or 0 when it does not apply: groups of 2, 4 or 8 query heads
+// per key head, key and value rows of 256 or 512 dims (float2-aligned for 512; groups of 2 only at 256), a cache of kGroupMinSlots slots or
+// more that the cluster kernel does not take. Splits of 32 slots, doubled (up to 256) while the launch would have
+// more than 1,024 blocks a query (VATIC_GROUP_BLOCKS; half of a full cache's slots are empty after it doubles, and
+// fewer, longer splits left SMs idle: E2B at 32k tokens 200 against 259 tok/s). Like the other splits, this depends on the heads and slots only.
+int attention_group_split_keys(const AttentionArgs& a) {
+  if (!g_group_attention || a.S < kGroupMinSlots || a.Hkv <= 0 || a.Hq % a.Hkv) return 0;
+  const int64_t G = a.Hq / a.Hkv;
+  if ((G != 2 && G != 4 && G != 8) || a.D != a.Dv || (a.D != 256 && a.D != 512)) return 0;
+  if (G == 2 && a.D == 512) return 0;  // 16 keys a tile of 512-dim rows would not fit in registers
+  if (a.D == 512 && (reinterpret_cast<uintptr_t>(a.k) % 8 || reinterpret_cast<uintptr_t>(a.v) % 8 || a.skS % 2 ||
+                     a.skH % 2 || a.svS % 2 || a.svH % 2))
+    return 0;
+  if (attention_cluster_splits(a)) return 0;
+  int64_t keys = 32;
+  while (keys < kGroupMaxSplitKeys && a.Hkv * ((a.S + keys - 1) / keys) > g_group_blocks) keys *= 2;
+  return (a.S + keys - 1) / keys <= 65535 ? static_cast<int>(keys) : 0;
+}
+
 size_t attention_scratch_floats(const AttentionArgs& a) {
   if (attention_tiles(a) || attention_cluster_splits(a)) return 0;
+  if (const int keys = attention_group_split_keys(a))
+    return static_cast<size_t>(a.T * a.Hq * ((a.S + keys - 1) / keys) * (a.Dv + 2));
   const int splits = attention_splits(a);
   return splits > 1 ? static_cast<size_t>(a.T * a.Hq * splits * (a.Dv + 2)) : 0;
 }
@@ -2594,6 +2825,18 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
       launch_in(attention_decode_of<16, true>(n, a.T), grid, 32 * 16, 0, cluster, s, a, scratch, counters);
     else
       launch_in(attention_decode_of<8, true>(n, a.T), grid, 32 * 8, 0, cluster, s, a, scratch, counters);
+    return;
+  }
+  if (const int keys = attention_group_split_keys(a)) {
+    const int splits = static_cast<int>((a.S + keys - 1) / keys);
+    const dim3 grid(static_cast<unsigned>(a.T * a.Hkv), static_cast<unsigned>(splits));
+    const int64_t G = a.Hq / a.Hkv;
+    auto kernel = a.D == 256 ? (G == 2 ? attention_group_kernel<1, 2>
+                                       : G == 4 ? attention_group_kernel<1, 4> : attention_group_kernel<1, 8>)
+                             : (G == 4 ? attention_group_kernel<2, 4> : attention_group_kernel<2, 8>);
+    launch(kernel, grid, 32 * kGroupWarps, 0, s, a, scratch, keys);
+    const dim3 merge(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>((a.Dv + 31) / 32));
+    launch(attention_group_merge_kernel, merge, 256, 0, s, a, static_cast<const float*>(scratch), splits);
     return;
   }
   const int splits = attention_splits(a);

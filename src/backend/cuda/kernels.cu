@@ -2768,11 +2768,12 @@ int attention_decode_width(const AttentionArgs& a) {
   return widest <= 128 ? 1 : widest <= 256 ? 2 : widest <= 512 ? 4 : 0;
 }
 
-// The slots a split of attention_group_kernel takes, or 0 when it does not apply: groups of 2, 4 or 8 query heads
-// per key head, key and value rows of 256 or 512 dims (float2-aligned for 512; groups of 2 only at 256), a cache of kGroupMinSlots slots or
-// more that the cluster kernel does not take. Splits of 32 slots, doubled (up to 256) while the launch would have
-// more than 1,024 blocks a query (VATIC_GROUP_BLOCKS; half of a full cache's slots are empty after it doubles, and
-// fewer, longer splits left SMs idle: E2B at 32k tokens 200 against 259 tok/s). Like the other splits, this depends on the heads and slots only.
+// The slots a split of attention_group_kernel takes, or 0 when it does not apply: groups of 2, 4 or 8 query heads per
+// key head, key and value rows of 256 or 512 dims (float2-aligned for 512; groups of 2 only at 256), a cache of
+// kGroupMinSlots slots or more that the cluster kernel does not take. Splits of 32 slots, doubled (up to 256) while the
+// launch would have more than 1,024 blocks a query (VATIC_GROUP_BLOCKS; half of a full cache's slots are empty after it
+// doubles, and fewer, longer splits left SMs idle: E2B at 32k tokens 200 against 259 tok/s). Like the other splits,
+// this depends on the heads and slots only.
 int attention_group_split_keys(const AttentionArgs& a) {
   if (!g_group_attention || a.S < kGroupMinSlots || a.Hkv <= 0 || a.Hq % a.Hkv) return 0;
   const int64_t G = a.Hq / a.Hkv;

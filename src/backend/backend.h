@@ -191,6 +191,34 @@ class Backend {
     }
     if (kv) kv_write(*parts.at(1).y, *parts.at(2).y, positions, kv->keys, kv->values, kv->slot_pos, kv->ring);
   }
+  // Multi-head latent attention's step between its projections. Each token's cache entry [rms_norm(c)·w | rope(r)]
+  // from kv [T, L + R] (c its first L columns, r the R after them; rows of unit stride at any row stride), rotated
+  // at `positions`, goes into the slot of slot_positions[t] as kv_write puts it (slots.keys [C, 1, L + R], values
+  // [C, 1, 0]); the rotary part of each query head, q [T, H, R] (unit last stride, any other strides), goes rotated
+  // into q_out (likewise). One op so that an accelerator does it in one launch with the bits of rms_norm, rope and
+  // kv_write; the default runs those.
+  virtual void latent_entry(const Tensor& kv, const Tensor* w, float eps, const Tensor& q, const Tensor& q_out,
+                            const Tensor& positions, const Tensor& slot_positions, const Tensor& inv_freq,
+                            bool interleaved, const KvSlots& slots) {
+    const int64_t T = kv.dim(0), R = q.dim(2), L = kv.dim(1) - R;
+    Tensor e = empty({T, 1, L + R}, DType::F32);
+    rms_norm(kv.slice(1, 0, L), w, eps, e.select(1, 0).slice(1, 0, L));
+    copy(kv.slice(1, L, L + R), e.select(1, 0).slice(1, L, L + R));
+    rope(e.slice(2, L, L + R), positions, inv_freq, interleaved);
+    copy(q, q_out);
+    rope(q_out, positions, inv_freq, interleaved);
+    kv_write(e, empty({T, 1, 0}, DType::F32), slot_positions, slots.keys, slots.values, slots.slot_pos, slots.ring);
+  }
+  // A mixture's output added to the residual: y = x + (combine_rows(rows, weights) + s), where s (the shared
+  // experts' output, [T, D]) may be null, and n = rms_norm(y)·w (w may be null). One op so that an accelerator does
+  // it in one pass with the bits of combine_rows, add and add_norm; the default runs those.
+  virtual void combine_add_norm(const Tensor& rows, const Tensor& weights, const Tensor* s, const Tensor& x,
+                                const Tensor* w, float eps, const Tensor& y, const Tensor& n) {
+    Tensor f = empty(y.shape(), DType::F32);
+    combine_rows(rows, weights, f);
+    if (s) add(f, *s, f);
+    add_norm(x, f, w, eps, y, n);
+  }
   // y[T, N] = act(x · gateᵀ) ⊙ (x · upᵀ), a gated MLP's first half (gate and up of one shape), or with `up` null
   // y = act(x · gateᵀ) ⊙ m for a given m [T, N] (contiguous F32). One op so that an accelerator reads both weights
   // in one pass and never writes the halves; the default runs the matmuls and `gated`.
@@ -225,6 +253,16 @@ class Backend {
   // feeds k consecutive output rows). The routing stays on the device; the CPU backend groups the rows going to the
   // same expert so that they share its weight read.
   virtual void matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y) = 0;
+  // matmul_experts through a gated MLP's first half: y[r, :] = act(x_r · G[experts[r]]ᵀ) ⊙ (x_r · U[experts[r]]ᵀ)
+  // for gate and up stacked [E, N, K] of one shape (y contiguous). One op so that an accelerator reads both in one
+  // launch and never writes the halves; the default runs matmul_experts twice and `gated`.
+  virtual void matmul_experts_gated(const Tensor& x, const Linear& gate, const Linear& up, const Tensor& experts,
+                                    Unary act, const Tensor& y) {
+    Tensor g = empty(y.shape(), DType::F32), u = empty(y.shape(), DType::F32);
+    matmul_experts(x, gate, experts, g);
+    matmul_experts(x, up, experts, u);
+    gated(act, g, u, y);
+  }
   // out[t, :] = Σ_j weights[t, j] · rows[t·k + j, :] for rows [T·k, D], weights F32 [T, k].
   virtual void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) = 0;
   // out[i, :] = table[ids[i], :] for an I32 table [R, C] (rows of token ids, e.g. the clusters of the Gemma 4

@@ -219,12 +219,16 @@ RoutedMoe load_routed_moe(const Weights& ts, const std::string& p, int64_t E, in
   return m;
 }
 
-Tensor routed_moe(const RoutedMoe& m, Unary act, const Tensor& x) {
+RoutedRows routed_moe_rows(const RoutedMoe& m, Unary act, const Tensor& x) {
   // Routing stays on the device: the router's logits, the k experts of each row, each row through them.
   Tensor weights, experts;
   route_experts(ops::matmul(x, m.router), m.routing, &weights, &experts);
-  Tensor g = ops::matmul_experts(x, m.gate, experts), u = ops::matmul_experts(x, m.up, experts);
-  return ops::combine_rows(ops::matmul_experts(ops::gated(act, g, u), m.down, experts), weights);
+  return {ops::matmul_experts(ops::matmul_experts_gated(x, m.gate, m.up, experts, act), m.down, experts), weights};
+}
+
+Tensor routed_moe(const RoutedMoe& m, Unary act, const Tensor& x) {
+  RoutedRows r = routed_moe_rows(m, act, x);
+  return ops::combine_rows(r.rows, r.weights);
 }
 
 }  // namespace vatic::blocks

@@ -113,6 +113,12 @@ RoutedMoe load_routed_moe(const Weights& ts, const std::string& prefix, int64_t 
                           int64_t hidden, MoeRouting routing);
 // x [T, H] -> [T, H]: each row through its k experts, summed with the routing weights.
 Tensor routed_moe(const RoutedMoe& m, Unary act, const Tensor& x);
+// routed_moe before its sum: each row's k expert outputs [T·k, H] and their routing weights [T, k], for an op that
+// sums them with what comes after (ops::combine_add_norm).
+struct RoutedRows {
+  Tensor rows, weights;
+};
+RoutedRows routed_moe_rows(const RoutedMoe& m, Unary act, const Tensor& x);
 
 // Norm weights (F32 [n]); with plus_one the stored value is w - 1 and 1 + w is returned (Gemma's RMSNorm).
 Tensor load_norm(const Weights& ts, const std::string& name, int64_t n, bool plus_one);

@@ -205,6 +205,23 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor
   backend_of_all("attention", q, k, v, q_pos, k_pos).attention(q, k, v, q_pos, k_pos, p, out);
   return out;
 }
+void latent_entry(const Tensor& kv, const Tensor& w, float eps, const Tensor& q, const Tensor& q_out,
+                  const Tensor& positions, const Tensor& slot_positions, const Tensor& inv_freq, bool interleaved,
+                  const KvSlots& slots) {
+  const int64_t T = kv.ndim() == 2 ? kv.dim(0) : -1, R = q.ndim() == 3 ? q.dim(2) : -1;
+  VATIC_CHECK(kv.ndim() == 2 && kv.stride(1) == 1 && q.ndim() == 3 && q.dim(0) == T && q.stride(2) == 1 &&
+                  q_out.shape() == q.shape() && q_out.stride(2) == 1 && R > 0 && kv.dim(1) > R &&
+                  positions.numel() == T && slot_positions.numel() == T && slots.keys.ndim() == 3 &&
+                  slots.keys.dim(1) == 1 && slots.keys.dim(2) == kv.dim(1) && slots.values.ndim() == 3 &&
+                  slots.values.dim(2) == 0 && (!w.defined() || w.numel() == kv.dim(1) - R),
+              "latent_entry: kv {} norm {} q {} into {} and keys {} values {} at {} positions", kv.describe(),
+              w.describe(), q.describe(), q_out.describe(), slots.keys.describe(), slots.values.describe(),
+              positions.numel());
+  backend_of_all("latent_entry", kv, w, q, q_out, positions, slot_positions, inv_freq, slots.keys, slots.values,
+                 slots.slot_pos)
+      .latent_entry(kv, w.defined() ? &w : nullptr, eps, q, q_out, contiguous(positions), contiguous(slot_positions),
+                    inv_freq, interleaved, slots);
+}
 Tensor add(const Tensor& a, const Tensor& b) {
   Tensor y = empty_like(a, a.shape());
   backend_of_all("add", a, b).add(contiguous(a), contiguous(b), y);
@@ -316,10 +333,33 @@ void matmul_experts_into(const Tensor& x, const Linear& w, const Tensor& experts
   backend_of_all("matmul_experts", x, w.weight, w.scales, w.biases, experts, y)
       .matmul_experts(xr, w, contiguous(experts), y);
 }
+Tensor matmul_experts_gated(const Tensor& x, const Linear& gate, const Linear& up, const Tensor& experts, Unary act) {
+  VATIC_CHECK(gate.out_features() == up.out_features() && gate.in_features() == up.in_features() &&
+                  gate.weight.ndim() == 3 && up.weight.ndim() == 3 && gate.weight.dim(0) == up.weight.dim(0),
+              "matmul_experts_gated: gate {} and up {} differ in shape", gate.weight.describe(), up.weight.describe());
+  Tensor y = empty_like(x, {experts.numel(), gate.out_features()});
+  const Tensor xr = x.ndim() == 2 && x.stride(1) == 1 ? x : contiguous(x);
+  backend_of_all("matmul_experts", x, gate.weight, gate.scales, gate.biases, up.weight, up.scales, up.biases, experts)
+      .matmul_experts_gated(xr, gate, up, contiguous(experts), act, y);
+  return y;
+}
 Tensor combine_rows(const Tensor& rows, const Tensor& weights) {
   Tensor out = empty_like(rows, {weights.dim(0), rows.dim(1)});
   backend_of_all("combine_rows", rows, weights).combine_rows(contiguous(rows), contiguous(weights), out);
   return out;
+}
+ResidualAndNorm combine_add_norm(const Tensor& rows, const Tensor& weights, const Tensor& s, const Tensor& x,
+                                 const Tensor& w, float eps) {
+  VATIC_CHECK(rows.ndim() == 2 && weights.ndim() == 2 && x.ndim() == 2 && x.dim(0) == weights.dim(0) &&
+                  rows.dim(0) == weights.numel() && rows.dim(1) == x.dim(1) && (!s.defined() || s.shape() == x.shape()),
+              "combine_add_norm: rows {} weights {} shared {} onto {}", rows.describe(), weights.describe(),
+              s.describe(), x.describe());
+  ResidualAndNorm r{empty_like(x, x.shape()), empty_like(x, x.shape())};
+  const Tensor sc = s.defined() ? contiguous(s) : Tensor();
+  backend_of_all("combine_add_norm", rows, weights, s, x, w)
+      .combine_add_norm(contiguous(rows), contiguous(weights), s.defined() ? &sc : nullptr, contiguous(x),
+                        w.defined() ? &w : nullptr, eps, r.residual, r.normed);
+  return r;
 }
 void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts) {
   const int64_t T = router_out.numel() / router_out.dim(-1);

@@ -65,6 +65,11 @@ std::vector<Tensor> rms_norm_rope_many(const std::vector<NormRopeInput>& in, flo
                                        const Tensor& inv_freq, bool interleaved, const KvSlots* kv = nullptr);
 Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p);
+// Multi-head latent attention's cache entries [rms_norm(c)·w | rope(r)] of kv [T, L + R] into `slots` at
+// slot_positions (rotated at `positions`), and q [T, H, R] rotated into q_out, in one op (Backend::latent_entry).
+void latent_entry(const Tensor& kv, const Tensor& w, float eps, const Tensor& q, const Tensor& q_out,
+                  const Tensor& positions, const Tensor& slot_positions, const Tensor& inv_freq, bool interleaved,
+                  const KvSlots& slots);
 Tensor add(const Tensor& a, const Tensor& b);
 void add_inplace(const Tensor& a, const Tensor& b);
 Tensor mul(const Tensor& a, const Tensor& b);
@@ -85,7 +90,13 @@ std::vector<int32_t> argmax_rows(const Tensor& a);
 Tensor matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts);  // [experts.numel(), N]
 // The same into y [experts.numel(), N], whose rows may also lie in a wider tensor (rows of unit stride).
 void matmul_experts_into(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y);
+// gated(act, matmul_experts(x, gate, experts), matmul_experts(x, up, experts)) in one op.
+Tensor matmul_experts_gated(const Tensor& x, const Linear& gate, const Linear& up, const Tensor& experts, Unary act);
 Tensor combine_rows(const Tensor& rows, const Tensor& weights);                 // [T, D]
+// {x + (combine_rows(rows, weights) + s), rms_norm of that with w}: a mixture's output (s, its shared experts'
+// output, may be undefined) added to the residual, and the next block's input norm (Backend::combine_add_norm).
+ResidualAndNorm combine_add_norm(const Tensor& rows, const Tensor& weights, const Tensor& s, const Tensor& x,
+                                 const Tensor& w, float eps);
 void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts);
 Tensor gather_rows(const Tensor& table, const Tensor& ids);  // [ids.numel(), C] of the table's dtype (I32, F32)
 void scatter(const Tensor& values, const Tensor& index, const Tensor& out);

@@ -616,6 +616,76 @@ TEST(DeviceOps, FusedNormsAndGatedMatmul) {
   });
 }
 
+// Multi-head latent attention's step between its projections, and a mixture's output with the residual add and
+// the next norm, each in one op: bit for bit what the composed ops give on the same device, and close to the CPU.
+// The entries' inputs are columns of wider tensors, rotated at one set of positions and written at another (as the
+// MTP drafter's are), into a flat cache and a ring.
+TEST(DeviceOps, LatentEntryAndMixtureResidual) {
+  FOR_EACH_DEVICE([](Device dev) {
+    Backend& be = backend_for(dev);
+    Backend& cpu = cpu_backend();
+    const int64_t T = 4, H = 3, nope = 5;
+    for (int64_t L : {int64_t(7), int64_t(512)})
+      for (int64_t R : {int64_t(8), int64_t(64)})
+        for (bool interleaved : {false, true})
+          for (bool ring : {false, true}) {
+            SCOPED_TRACE(fmt::format("L={} R={} {} {}", L, R, interleaved ? "interleaved" : "neox",
+                                     ring ? "ring" : "flat"));
+            const int64_t C = 11;
+            Tensor wide = random_host({T, L + R + 3}), qfull = random_host({T, H, nope + R}), w = random_host({L});
+            Tensor pos = Tensor::from_ints({0, 9, 4095, 32000}, {T});
+            Tensor slots_at = ring ? Tensor::from_ints({12, 13, 25, 30}, {T}) : Tensor::from_ints({3, 0, 7, 5}, {T});
+            std::vector<float> fr(static_cast<size_t>(R / 2));
+            for (int64_t i = 0; i < R / 2; i++) fr[static_cast<size_t>(i)] = std::pow(10000.0f, -2.0f * i / R);
+            Tensor inv = Tensor::from_floats(fr, {R / 2});
+            auto run = [&](Backend& b, Device d, bool composed) {
+              auto put = [&](const Tensor& t) { return d.is_cpu() ? t : on(d, t); };
+              KvSlots s{b.empty({C, 1, L + R}, DType::F32), b.empty({C, 1, 0}, DType::F32),
+                        put(Tensor::from_ints(std::vector<int32_t>(static_cast<size_t>(C), -1), {C})), ring};
+              b.fill(s.keys, 0.0f);
+              Tensor qo = b.empty({T, H, L + R}, DType::F32);
+              b.fill(qo, 0.0f);
+              const Tensor kv = put(wide).slice(1, 1, 1 + L + R), q = put(qfull).slice(2, nope, nope + R),
+                           dw = put(w), out = qo.slice(2, L, L + R);
+              if (composed)
+                b.Backend::latent_entry(kv, &dw, 1e-6f, q, out, put(pos), put(slots_at), put(inv), interleaved, s);
+              else
+                b.latent_entry(kv, &dw, 1e-6f, q, out, put(pos), put(slots_at), put(inv), interleaved, s);
+              return std::vector<Tensor>{s.keys, s.slot_pos, qo};
+            };
+            const std::vector<Tensor> fused = run(be, dev, false), composed = run(be, dev, true),
+                                      host = run(cpu, Device::CPU, true);
+            expect_close(fused[0], composed[0], 0, "entries in their slots");
+            expect_close(fused[1], composed[1], 0, "slot positions");
+            expect_close(fused[2], composed[2], 0, "rotated query parts");
+            expect_close(fused[0], host[0], 2e-6, "entries against the CPU");
+            expect_close(fused[1], host[1], 0, "slot positions against the CPU");
+            expect_close(fused[2], host[2], 2e-6, "rotated query parts against the CPU");
+          }
+    for (int64_t D : {int64_t(7), int64_t(2048)})
+      for (int64_t rows_n : {int64_t(1), int64_t(3)})
+        for (bool shared : {false, true})
+          for (bool with_w : {false, true}) {
+            SCOPED_TRACE(fmt::format("combine_add_norm D={} T={} shared {} weight {}", D, rows_n, shared, with_w));
+            const int64_t k = 4;
+            Tensor rows = random_host({rows_n * k, D}), wts = random_host({rows_n, k}), sh = random_host({rows_n, D}),
+                   x = random_host({rows_n, D}), w = random_host({D});
+            Tensor drows = on(dev, rows), dwts = on(dev, wts), dsh = on(dev, sh), dx = on(dev, x), dw = on(dev, w);
+            Tensor fy = be.empty(x.shape(), DType::F32), fn = be.empty(x.shape(), DType::F32);
+            Tensor cy = be.empty(x.shape(), DType::F32), cn = be.empty(x.shape(), DType::F32);
+            Tensor hy = Tensor::empty(x.shape(), DType::F32), hn = Tensor::empty(x.shape(), DType::F32);
+            be.combine_add_norm(drows, dwts, shared ? &dsh : nullptr, dx, with_w ? &dw : nullptr, 1e-6f, fy, fn);
+            be.Backend::combine_add_norm(drows, dwts, shared ? &dsh : nullptr, dx, with_w ? &dw : nullptr, 1e-6f, cy,
+                                         cn);
+            cpu.combine_add_norm(rows, wts, shared ? &sh : nullptr, x, with_w ? &w : nullptr, 1e-6f, hy, hn);
+            expect_close(fy, cy, 0, "residual");
+            expect_close(fn, cn, 0, "norm");
+            expect_close(fy, hy, 2e-6, "residual against the CPU");
+            expect_close(fn, hn, 2e-6, "norm against the CPU");
+          }
+  });
+}
+
 // An output projection with the residual add (and the next norm) after it, in one op: against the CPU's
 // composition, in every weight layout the decode path takes, past 8 rows (composed) and at widths the GEMV fills
 // unevenly; and a row's result does not depend on how many rows go with it (decode and verification agree bit for
@@ -851,6 +921,23 @@ TEST(DeviceOps, MixtureOfExperts) {
         Tensor cg = backend_for(dev).empty({7, 33}, DType::F32);
         backend_for(dev).combine_rows(got, on(dev, wts), cg);
         expect_close(cg, cw, 2e-5, "combine_rows");
+        // The gate and up halves of one stacked matrix through the gated op: the composed ops' bits on this device,
+        // and close to the CPU (from a copy of the generator, so that the routing cases' inputs stay as they were).
+        const std::mt19937 kept = rng();
+        MoeCase gu = moe_case(7, per, 6, 66, 128, bits);
+        Backend& be = backend_for(dev);
+        const Linear dgu = on(dev, gu.w);
+        const Tensor dx = on(dev, gu.x), dex = on(dev, gu.experts);
+        for (Unary act : {Unary::Silu, Unary::GeluTanh}) {
+          Tensor fused = be.empty({R, 33}, DType::F32), composed = be.empty({R, 33}, DType::F32);
+          Tensor host = Tensor::empty({R, 33}, DType::F32);
+          be.matmul_experts_gated(dx, dgu.rows(0, 33), dgu.rows(33, 66), dex, act, fused);
+          be.Backend::matmul_experts_gated(dx, dgu.rows(0, 33), dgu.rows(33, 66), dex, act, composed);
+          cpu_backend().matmul_experts_gated(gu.x, gu.w.rows(0, 33), gu.w.rows(33, 66), gu.experts, act, host);
+          expect_close(fused, composed, 0, "matmul_experts_gated against the composed ops");
+          expect_close(fused, host, 2e-5, "matmul_experts_gated against the CPU");
+        }
+        rng() = kept;
       }
     for (int kind : {0, 1})
       for (int64_t E : {64, 1000}) {  // one-pass ranking, and k rounds for routers of more than 512 experts

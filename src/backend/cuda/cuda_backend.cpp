@@ -706,6 +706,66 @@ class CudaBackend final : public Backend {
     check_launch("rms_norm_rope_many");
   }
 
+  void latent_entry(const Tensor& kv, const Tensor* w, float eps, const Tensor& q, const Tensor& q_out,
+                    const Tensor& positions, const Tensor& slot_positions, const Tensor& inv_freq, bool interleaved,
+                    const KvSlots& slots) override {
+    const int64_t T = kv.dim(0), R = q.dim(2), L = kv.dim(1) - R;
+    auto i32 = [T](const Tensor& t) { return t.dtype() == DType::I32 && t.is_contiguous() && t.numel() == T; };
+    const bool fused = kv.dtype() == DType::F32 && q.dtype() == DType::F32 && q_out.dtype() == DType::F32 &&
+                       i32(positions) && i32(slot_positions) && inv_freq.dtype() == DType::F32 &&
+                       inv_freq.is_contiguous() && 2 * inv_freq.numel() == R && slots.keys.dtype() == DType::F32 &&
+                       slots.keys.is_contiguous() && slots.slot_pos.dtype() == DType::I32 &&
+                       slots.slot_pos.is_contiguous() && slots.slot_pos.numel() == slots.keys.dim(0);
+    if (!fused)
+      return Backend::latent_entry(kv, w, eps, q, q_out, positions, slot_positions, inv_freq, interleaved, slots);
+    Timed timed_(*this, "latent_entry");
+    bind();
+    const Tensor wf = norm_weight(w, L, "latent_entry");
+    cuda::LatentEntryArgs a{};
+    a.kv = kv.data<float>();
+    a.ldkv = kv.stride(0);
+    a.T = T;
+    a.L = L;
+    a.R = R;
+    a.w = w ? wf.data<float>() : nullptr;
+    a.eps = eps;
+    a.q = q.data<float>();
+    a.H = q.dim(1);
+    a.sqT = q.stride(0);
+    a.sqH = q.stride(1);
+    a.q_out = q_out.data<float>();
+    a.soT = q_out.stride(0);
+    a.soH = q_out.stride(1);
+    a.pos = positions.data<int32_t>();
+    a.slot_pos_of = slot_positions.data<int32_t>();
+    a.inv_freq = inv_freq.data<float>();
+    a.n = inv_freq.numel();
+    a.interleaved = interleaved;
+    a.keys = slots.keys.data<float>();
+    a.C = slots.keys.dim(0);
+    a.ring = slots.ring;
+    a.slot_pos = slots.slot_pos.data<int32_t>();
+    a.bad = flag_dev_;
+    cuda::latent_entry(a, stream_);
+    check_launch("latent_entry");
+  }
+
+  void combine_add_norm(const Tensor& rows, const Tensor& weights, const Tensor* s, const Tensor& x, const Tensor* w,
+                        float eps, const Tensor& y, const Tensor& n) override {
+    Timed timed_(*this, "combine_add_norm");
+    const auto [T, D] = residual_rows("combine_add_norm", x, x, y, &n);
+    const int64_t k = weights.numel() / std::max<int64_t>(T, 1);
+    VATIC_CHECK(rows.dtype() == DType::F32 && rows.is_contiguous() && rows.numel() == T * k * D &&
+                    weights.dtype() == DType::F32 && weights.is_contiguous() && weights.numel() == T * k &&
+                    (!s || (s->dtype() == DType::F32 && s->is_contiguous() && s->numel() == T * D)),
+                "combine_add_norm: rows {} weights {} onto {}", rows.describe(), weights.describe(), x.describe());
+    bind();
+    const Tensor wf = norm_weight(w, D, "combine_add_norm");
+    cuda::combine_add_norm(rows.data<float>(), weights.data<float>(), s ? s->data<float>() : nullptr, x.data<float>(),
+                           T, k, D, w ? wf.data<float>() : nullptr, eps, y.data<float>(), n.data<float>(), stream_);
+    check_launch("combine_add_norm");
+  }
+
   void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) override {
     VATIC_CHECK(ws.size() == ys.size(), "matmul_many: {} matrices, {} outputs", ws.size(), ys.size());
     const int64_t T = x.ndim() == 2 ? x.dim(0) : 0;
@@ -920,6 +980,34 @@ class CudaBackend final : public Backend {
                        y.data<float>(), y.stride(0), profiling_ && !recording_ ? distinct_experts_dev_ : nullptr,
                        stream_);
     check_launch("matmul_experts");
+  }
+
+  void matmul_experts_gated(const Tensor& x, const Linear& gate, const Linear& up, const Tensor& experts, Unary act,
+                            const Tensor& y) override {
+    const int64_t R = experts.numel(), X = x.dim(0), K = x.dim(1), N = gate.out_features();
+    const bool fused = y.is_contiguous() && up.bits == gate.bits && up.group == gate.group &&
+                       up.weight.dtype() == gate.weight.dtype() && up.out_features() == N && up.in_features() == K &&
+                       (!gate.quantized() || up.scales.dtype() == gate.scales.dtype());
+    if (!fused) return Backend::matmul_experts_gated(x, gate, up, experts, act, y);
+    Timed timed_(*this, "matmul_experts_gated");
+    VATIC_CHECK(gate.weight.ndim() == 3 && up.weight.ndim() == 3 && X > 0 && R % X == 0 && y.dim(0) == R &&
+                    y.dim(1) == N && gate.in_features() == K && experts.dtype() == DType::I32 &&
+                    experts.is_contiguous() && x.dtype() == DType::F32 && x.stride(1) == 1,
+                "matmul_experts_gated: x {} · W{} for {} routed rows -> y {}", x.describe(), gate.weight.describe(), R,
+                y.describe());
+    if (gate.quantized()) VATIC_CHECK(K % gate.group == 0, "matmul_experts: {} inputs are not whole groups", K);
+    bind();
+    if (R == 0 || N == 0) return;
+    const cuda::Weight wu = weight(up);
+    // The halves of one stacked gate/up matrix count as one matrix read, as a single matmul_experts over it does.
+    const bool one_stack = gate.weight.stride(0) == up.weight.stride(0) &&
+                           static_cast<const char*>(up.weight.raw()) ==
+                               static_cast<const char*>(gate.weight.raw()) +
+                                   N * gate.weight.stride(1) * static_cast<int64_t>(dtype_size(gate.weight.dtype()));
+    cuda::gemv_experts(x.data<float>(), x.stride(0), R / X, experts.data<int32_t>(), R, weight(gate), N, K,
+                       y.data<float>(), y.stride(0), profiling_ && !recording_ ? distinct_experts_dev_ : nullptr,
+                       stream_, &wu, static_cast<int>(act), one_stack ? 1 : 2);
+    check_launch("matmul_experts_gated");
   }
 
   void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override {

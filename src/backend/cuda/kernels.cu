@@ -1100,24 +1100,36 @@ __global__ void split_bf16x3_kernel(const float* x, int64_t ldx, int64_t T, int6
 // itself, also where rows of several inputs (a verification's tokens) share an expert: a version that computed
 // them all from one read was slower on the H200 (docs/gpu.md). `distinct` (or null) counts the experts of the
 // launch, each once.
-template <bool Quantized>
+// Gated: the warp takes row n of both w (the gate) and u (the up projection) and writes act(gate) · up, with the
+// bits of two launches and gated_kernel. Each distinct expert adds `matrices` to `distinct`.
+template <bool Quantized, bool Gated>
 __global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, const int32_t* experts, Weight w,
-                                    int64_t N, int64_t K, float* y, int64_t ldy, unsigned long long* distinct) {
+                                    Weight u, int act, int64_t N, int64_t K, float* y, int64_t ldy,
+                                    unsigned long long* distinct, unsigned long long matrices) {
   pdl_begin();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
   const int64_t r = blockIdx.y;
   if (distinct && blockIdx.x == 0 && threadIdx.x == 0) {
     bool first = true;
     for (int64_t i = 0; i < r && first; i++) first = experts[i] != experts[r];
-    if (first) atomicAdd(distinct, 1ull);
+    if (first) atomicAdd(distinct, matrices);
   }
   if (n >= N) return;
   const int64_t e = experts[r];
+  const float* xr = x + (r / per) * ldx;
   float acc[1];
-  row_dot<1, Quantized>(x + (r / per) * ldx, ldx, 1, w, weight_row(w, e, n), scale_row(w, w.scales, e, n),
+  row_dot<1, Quantized>(xr, ldx, 1, w, weight_row(w, e, n), scale_row(w, w.scales, e, n),
                         scale_row(w, w.biases, e, n), K, acc, 0, 1);
   const float v = warp_sum(acc[0]);
-  if ((threadIdx.x & 31) == 0) y[r * ldy + n] = v;
+  if constexpr (Gated) {
+    float acc2[1];
+    row_dot<1, Quantized>(xr, ldx, 1, u, weight_row(u, e, n), scale_row(u, u.scales, e, n),
+                          scale_row(u, u.biases, e, n), K, acc2, 0, 1);
+    const float v2 = warp_sum(acc2[0]);
+    if ((threadIdx.x & 31) == 0) y[r * ldy + n] = activate(act, v) * v2;
+  } else {
+    if ((threadIdx.x & 31) == 0) y[r * ldy + n] = v;
+  }
 }
 
 __global__ void dequantize_kernel(Weight w, int64_t n0, int64_t n, int64_t K, float* out) {
@@ -1315,6 +1327,52 @@ __global__ void rms_norm_rope_many_kernel(const NormRopeJob j, const int32_t* po
   }
   __syncthreads();
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) yr[i] = row[i];
+}
+
+// Multi-head latent attention's entries and rotated query parts (see latent_entry in kernels.h), two blocks per
+// token of rms_norm_kernel's width (R = 2n: every rotary column is rotated): block (t, 0) norms the latent with inv_rms / normed_row straight into the cache
+// slot and rotates the shared key beside it (rope_kernel's arithmetic); block (t, 1) rotates every query head's part.
+__global__ void latent_entry_kernel(const LatentEntryArgs a) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x;
+  const float p = static_cast<float>(a.pos[t]);
+  const int64_t R = a.R;
+  auto pair = [&](int64_t i, int64_t* x0, int64_t* x1) {
+    *x0 = a.interleaved ? 2 * i : i;
+    *x1 = a.interleaved ? 2 * i + 1 : i + R / 2;
+  };
+  if (blockIdx.y == 0) {
+    const int32_t sp = a.slot_pos_of[t];
+    const int64_t slot = kv_slot(sp, a.C, a.ring, a.bad);
+    if (slot < 0) return;
+    const float* xr = a.kv + t * a.ldkv;
+    float* e = a.keys + slot * (a.L + R);
+    normed_row(xr, inv_rms(xr, a.L, a.eps, scratch), a.w, a.L, e);
+    for (int64_t i = threadIdx.x; i < a.n; i += blockDim.x) {
+      float sn, c;
+      sincosf(p * a.inv_freq[i], &sn, &c);
+      int64_t i0, i1;
+      pair(i, &i0, &i1);
+      const float x0 = xr[a.L + i0], x1 = xr[a.L + i1];
+      e[a.L + i0] = x0 * c - x1 * sn;
+      e[a.L + i1] = x1 * c + x0 * sn;
+    }
+    if (threadIdx.x == 0) a.slot_pos[slot] = sp;
+    return;
+  }
+  for (int64_t idx = threadIdx.x; idx < a.H * a.n; idx += blockDim.x) {
+    const int64_t h = idx / a.n, i = idx % a.n;
+    float sn, c;
+    sincosf(p * a.inv_freq[i], &sn, &c);
+    int64_t i0, i1;
+    pair(i, &i0, &i1);
+    const float* qr = a.q + t * a.sqT + h * a.sqH;
+    float* o = a.q_out + t * a.soT + h * a.soH;
+    const float x0 = qr[i0], x1 = qr[i1];
+    o[i0] = x0 * c - x1 * sn;
+    o[i1] = x1 * c + x0 * sn;
+  }
 }
 
 __global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos,
@@ -2291,6 +2349,23 @@ __global__ void combine_rows_kernel(const float* rows, const float* weights, int
   }
 }
 
+// combine_rows, the add of s and add_norm in one block per row of add_norm_kernel's width: each element's sum in
+// combine_rows_kernel's order, then + s, then x + that (their bits), and the row normed as add_norm_kernel does.
+__global__ void combine_add_norm_kernel(const float* rows, const float* weights, const float* s, const float* x,
+                                        int64_t k, int64_t D, const float* w, float eps, float* y, float* n) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x, o = t * D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float c = 0.0f;
+    for (int64_t j = 0; j < k; j++) c += weights[t * k + j] * rows[(t * k + j) * D + d];
+    const float f = s ? c + s[o + d] : c;
+    y[o + d] = x[o + d] + f;
+  }
+  __syncthreads();
+  normed_row(y + o, inv_rms(y + o, D, eps, scratch), w, D, n + o);
+}
+
 constexpr int64_t kRouteRankExperts = 512;  // routers up to this many experts rank them in one pass
 __global__ void route_kernel(RouteArgs a) {
   pdl_begin();
@@ -2647,15 +2722,18 @@ bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, c
 }
 
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
-                  int64_t N, int64_t K, float* y, int64_t ldy, unsigned long long* distinct, cudaStream_t s) {
-  auto kernel = w.bits ? gemv_experts_kernel<true> : gemv_experts_kernel<false>;
+                  int64_t N, int64_t K, float* y, int64_t ldy, unsigned long long* distinct, cudaStream_t s,
+                  const Weight* up, int act, int matrices) {
+  auto kernel = up ? (w.bits ? gemv_experts_kernel<true, true> : gemv_experts_kernel<false, true>)
+                   : (w.bits ? gemv_experts_kernel<true, false> : gemv_experts_kernel<false, false>);
+  const Weight u = up ? *up : w;
   const int64_t chunk = (65535 / per) * per;  // whole input rows per launch (grid.y is at most 65535)
   for (int64_t r0 = 0; r0 < R; r0 += chunk) {
     const int64_t r1 = R - r0 < chunk ? R : r0 + chunk;
     dim3 grid(static_cast<unsigned>((N + kRowsPerBlock - 1) / kRowsPerBlock), static_cast<unsigned>(r1 - r0));
     // Rows r0.. read x rows (r0 + i) / per: shift x by whole input rows only when r0 is a multiple of per.
-    launch(kernel, grid, 32 * kRowsPerBlock, 0, s, x + (r0 / per) * ldx, ldx, per, experts + r0, w, N, K,
-           y + r0 * ldy, ldy, distinct);
+    launch(kernel, grid, 32 * kRowsPerBlock, 0, s, x + (r0 / per) * ldx, ldx, per, experts + r0, w, u, act, N, K,
+           y + r0 * ldy, ldy, distinct, static_cast<unsigned long long>(matrices));
   }
 }
 
@@ -2720,6 +2798,11 @@ void rms_norm_rope_many(const NormRopeJob& j, const int32_t* pos, const float* i
   if (blocks == 0) return;
   launch(rms_norm_rope_many_kernel, static_cast<unsigned>(blocks), j.D >= 1024 ? 512 : 128, j.D * sizeof(float), s, j,
          pos, inv_freq, n, interleaved);
+}
+
+void latent_entry(const LatentEntryArgs& a, cudaStream_t s) {
+  if (a.T == 0) return;
+  launch(latent_entry_kernel, dim3(static_cast<unsigned>(a.T), 2), a.L >= 1024 ? 512 : 128, 0, s, a);
 }
 
 void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,
@@ -2905,6 +2988,12 @@ void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k,
                   cudaStream_t s) {
   if (T * D == 0) return;
   launch(combine_rows_kernel, blocks_for(T * D), kThreads, 0, s, rows, weights, T, k, D, out);
+}
+void combine_add_norm(const float* rows, const float* weights, const float* shared, const float* x, int64_t T,
+                      int64_t k, int64_t D, const float* w, float eps, float* y, float* n, cudaStream_t s) {
+  if (T * D == 0) return;
+  launch(combine_add_norm_kernel, static_cast<unsigned>(T), D >= 1024 ? 512 : 128, 0, s, rows, weights, shared, x, k,
+         D, w, eps, y, n);
 }
 void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n, int32_t* out, int* bad,
                  cudaStream_t s) {

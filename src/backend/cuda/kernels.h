@@ -108,8 +108,11 @@ bool gemv_residual_norm(const float* x, int64_t ldx, int T, const Weight& w, int
                         const ResidualNorm& r, cudaStream_t s, void* digits = nullptr);
 // Routed rows: y[r, :] = x[r / per, :] · W[experts[r]]ᵀ for r < R. `distinct` (device, or null) is increased by
 // the number of distinct experts among experts[0..R).
+// With `up`: y = act(x · wᵀ) ⊙ (x · upᵀ) per routed row (up of w's shape and encoding), in one launch. Each
+// distinct expert adds `matrices` to `distinct` (2 for a gate and up stored apart, 1 for halves of one stack).
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
-                  int64_t N, int64_t K, float* y, int64_t ldy, unsigned long long* distinct, cudaStream_t s);
+                  int64_t N, int64_t K, float* y, int64_t ldy, unsigned long long* distinct, cudaStream_t s,
+                  const Weight* up = nullptr, int act = 0, int matrices = 1);
 // Rows [n0, n0 + n) of W (expert 0) dequantized / converted to F32 [n, K] (row stride K).
 // x [T, K] (row stride ldx) as three bf16 planes [3][T, K] (out, 6·T·K bytes) whose sum is x exactly: the
 // prefill GEMM of bf16 weights runs on tensor cores as three bf16 GEMMs with exact products.
@@ -157,6 +160,31 @@ struct NormRopeJob {
 };
 void rms_norm_rope_many(const NormRopeJob& j, const int32_t* pos, const float* inv_freq, int64_t n, bool interleaved,
                         cudaStream_t s);
+// Multi-head latent attention's step between its projections, one launch: for each token t, the cache entry
+// [rms_norm(kv[t, :L])·w | rope(kv[t, L:L+R])] into keys [C, 1, L + R] at the slot of slot_pos_of[t] (as kv_write:
+// slot_pos marked, a position outside the cache skipped and reported through bad), and each head of q [T, H, R]
+// (strides sqT, sqH, 1) rotated into q_out (strides soT, soH, 1); rotations at pos[t], n = R / 2 frequencies.
+struct LatentEntryArgs {
+  const float* kv;
+  int64_t ldkv, T, L, R;
+  const float* w;
+  float eps;
+  const float* q;
+  int64_t H, sqT, sqH;
+  float* q_out;
+  int64_t soT, soH;
+  const int32_t* pos;
+  const int32_t* slot_pos_of;
+  const float* inv_freq;
+  int64_t n;
+  bool interleaved;
+  float* keys;
+  int64_t C;
+  bool ring;
+  int32_t* slot_pos;
+  int* bad;
+};
+void latent_entry(const LatentEntryArgs& a, cudaStream_t s);
 // x [T, H, D] with strides (sT, sH, 1); n frequencies.
 void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, const int32_t* pos, const float* inv_freq,
           int64_t n, bool interleaved, cudaStream_t s);
@@ -202,6 +230,10 @@ void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t
           cudaStream_t s);
 void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D, float* out,
                   cudaStream_t s);
+// y = x + (combine_rows(rows, weights) + shared) (shared may be null) and n = rms_norm(y)·w over rows of D, with the
+// bits of combine_rows, add and add_norm.
+void combine_add_norm(const float* rows, const float* weights, const float* shared, const float* x, int64_t T,
+                      int64_t k, int64_t D, const float* w, float eps, float* y, float* n, cudaStream_t s);
 
 // out[i, :] = table[ids[i], :] (I32 rows of C); a row outside [0, R) writes -1s and sets bad[0] = 1, bad[1] = it.
 void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n, int32_t* out, int* bad,

@@ -171,8 +171,9 @@ Tensor Gemma4Model::moe_block(const Gemma4Layer& l, const Tensor& r, const Tenso
   Tensor weights, experts;
   blocks::route_experts(ops::matmul(z, l.router), l.routing, &weights, &experts);
   Tensor x2 = ops::rms_norm(r, l.pre_ff_ln2, eps);
-  Tensor gu = ops::matmul_experts(x2, l.experts_gate_up, experts);  // [T·K, 2·MI]
-  Tensor act = ops::gated(Unary::GeluTanh, gu.slice(1, 0, MI), gu.slice(1, MI, 2 * MI));
+  // The gate and up halves of each routed row in one op, [T·K, MI].
+  Tensor act = ops::matmul_experts_gated(x2, l.experts_gate_up.rows(0, MI), l.experts_gate_up.rows(MI, 2 * MI),
+                                         experts, Unary::GeluTanh);
   Tensor m2 = ops::combine_rows(ops::matmul_experts(act, l.experts_down, experts), weights);  // [T, H]
   m2 = ops::rms_norm(m2, l.post_ff_ln2, eps);
   return ops::add(m1, m2);

@@ -142,26 +142,29 @@ Tensor Glm4MoeLiteModel::attention(const Glm4MlaWeights& a, const Tensor& x, con
   const int64_t T = x.dim(0), nh = cfg_.num_attention_heads, nope = cfg_.qk_nope_head_dim,
                 rope = cfg_.qk_rope_head_dim, v = cfg_.v_head_dim, kvl = cfg_.kv_lora_rank, dqk = nope + rope;
   const bool il = cfg_.rope_interleave;
-  // Queries [T, nh, nope + rope].
-  Tensor q = a.q_a.defined() ? ops::matmul(ops::rms_norm(ops::matmul(x, a.q_a), a.q_a_norm, kLoraNormEps), a.q_b)
-                             : ops::matmul(x, a.q);
+  // Queries [T, nh, nope + rope] and the latent [T, kvl + rope] from projections of x in one op.
+  Tensor q, ckv;
+  if (a.q_a.defined()) {
+    std::vector<Tensor> y = ops::matmul_many(x, {&a.q_a, &a.kv_a});
+    q = ops::matmul(ops::rms_norm(y[0], a.q_a_norm, kLoraNormEps), a.q_b);
+    ckv = y[1];
+  } else {
+    std::vector<Tensor> y = ops::matmul_many(x, {&a.q, &a.kv_a});
+    q = y[0];
+    ckv = y[1];
+  }
   q = q.reshape({T, nh, dqk});
-  ops::rope_inplace(q.slice(2, nope, dqk), rope_pos, inv_freq_, il);
 
-  // The cache entry of each token: [normed latent c | roped shared key].
-  Tensor ckv = ops::matmul(x, a.kv_a);  // [T, kvl + rope]
-  Tensor entry = ops::empty_like(ckv, {T, 1, kvl + rope});
-  ops::rms_norm_into(ckv.slice(1, 0, kvl), a.kv_a_norm, kLoraNormEps, entry.select(1, 0).slice(1, 0, kvl));
-  ops::copy_into(ckv.slice(1, kvl, kvl + rope), entry.select(1, 0).slice(1, kvl, kvl + rope));
-  ops::rope_inplace(entry.slice(2, kvl, kvl + rope), rope_pos, inv_freq_, il);
-  cache.append(entry, ops::empty_like(ckv, {T, 1, 0}), slot_pos);
-
-  // Absorbed queries [T, nh, kvl + rope]: W_UK[h]ᵀ q_nope_h beside q_rot_h, every head in one call.
-  // q_nope is read from q and the product written into qa where it belongs (rows of a wider tensor).
+  // Absorbed queries [T, nh, kvl + rope]: W_UK[h]ᵀ q_nope_h beside the rotated q_rot_h. One op puts each token's
+  // cache entry [normed latent c | roped shared key] into its slot and the rotated q_rot into the absorbed query;
+  // the per-head product reads q_nope from q and writes into qa where it belongs (rows of a wider tensor).
   Tensor qa = ops::empty_like(q, {T, nh, kvl + rope});
+  cache.append_with(T, [&](const KvSlots& s) {
+    ops::latent_entry(ckv, a.kv_a_norm, kLoraNormEps, q.slice(2, nope, dqk), qa.slice(2, kvl, kvl + rope), rope_pos,
+                      slot_pos, inv_freq_, il, s);
+  });
   ops::matmul_experts_into(q.reshape({T * nh, dqk}).slice(1, 0, nope), a.uk_t, head_ids(T),
                            qa.reshape({T * nh, kvl + rope}).slice(1, 0, kvl));
-  ops::copy_into(q.slice(2, nope, dqk), qa.slice(2, kvl, kvl + rope));
   Tensor keys = cache.keys();  // [S, 1, kvl + rope]
   AttentionParams ap;
   ap.scale = static_cast<float>(cfg_.attention_scale());
@@ -185,10 +188,19 @@ blocks::MoeRouting Glm4MoeLiteModel::routing() const {
   return r;
 }
 
-Tensor Glm4MoeLiteModel::ffn(const Glm4FfnWeights& f, const Tensor& x) const {
-  if (!f.moe) return blocks::gated_mlp(f.mlp, Unary::Silu, x);
-  Tensor out = blocks::routed_moe(f.routed, Unary::Silu, x);
-  if (f.mlp.gate.defined()) ops::add_inplace(out, blocks::gated_mlp(f.mlp, Unary::Silu, x));
+ops::ResidualAndNorm Glm4MoeLiteModel::ffn_step(const Glm4FfnWeights& f, const Tensor& h, const Tensor& hn,
+                                                const Tensor& next_norm) const {
+  const float eps = static_cast<float>(cfg_.rms_norm_eps);
+  if (!f.moe) {
+    Tensor out = blocks::gated_mlp(f.mlp, Unary::Silu, hn);
+    if (!next_norm.defined()) return {ops::add(h, out), Tensor()};
+    return ops::add_norm(h, out, next_norm, eps);
+  }
+  // The routed experts' rows are summed, the shared experts' output added and the residual with it in one op.
+  blocks::RoutedRows r = blocks::routed_moe_rows(f.routed, Unary::Silu, hn);
+  const Tensor shared = f.mlp.gate.defined() ? blocks::gated_mlp(f.mlp, Unary::Silu, hn) : Tensor();
+  ops::ResidualAndNorm out = ops::combine_add_norm(r.rows, r.weights, shared, h, next_norm, eps);
+  if (!next_norm.defined()) out.normed = Tensor();
   return out;
 }
 
@@ -215,9 +227,7 @@ ops::ResidualAndNorm Glm4MoeLiteModel::layer_step(const Glm4LayerWeights& l, con
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   auto [h, hn] = ops::add_norm(x, attention(l.attn, xn.defined() ? xn : rms(x, l.input_ln), rope_pos, slot_pos, cache),
                                l.post_attn_ln, eps);
-  Tensor f = ffn(l.ffn, hn);
-  if (!next_norm.defined()) return {ops::add(h, f), Tensor()};
-  return ops::add_norm(h, f, next_norm, eps);
+  return ffn_step(l.ffn, h, hn, next_norm);
 }
 
 ForwardResult Glm4MoeLiteModel::forward(SequenceState& state, const std::vector<int32_t>& tokens, int64_t n_out,

@@ -77,7 +77,10 @@ class Glm4MoeLiteModel final : public LanguageModel {
  private:
   Tensor attention(const Glm4MlaWeights& a, const Tensor& x, const Tensor& rope_pos, const Tensor& slot_pos,
                    KvCache& cache) const;
-  Tensor ffn(const Glm4FfnWeights& f, const Tensor& x) const;
+  // The feed-forward block over hn (the normed residual h) added to h, with next_norm's norm of the sum as
+  // layer_step makes it.
+  ops::ResidualAndNorm ffn_step(const Glm4FfnWeights& f, const Tensor& h, const Tensor& hn,
+                                const Tensor& next_norm) const;
   blocks::MoeRouting routing() const;  // the config's sigmoid routing (without the per-layer score bias)
   // I32 [T·nh]: the head of each row when T tokens' heads are laid out as rows (per-head matmuls in one call).
   Tensor head_ids(int64_t T) const;

@@ -792,14 +792,18 @@ TEST(DeviceOps, AttentionDecodeRowsEqualVerifyRowsBitForBit) {
     struct Case {
       int64_t S, Hq, D;
       int window;
+      int64_t Dv = 0;  // 0: D; else the values are the keys' first Dv columns (GLM's latent cache)
     };
     for (Case c : {Case{544, 8, 256, 512}, Case{4000, 8, 512, 0}, Case{1200, 20, 64, 0}, Case{300, 2, 128, 0},
                    Case{3000, 4, 256, 700}, Case{2100, 8, 128, 0}, Case{256, 16, 512, 0}, Case{528, 32, 256, 512},
-                   Case{40, 8, 64, 0}, Case{6000, 2, 256, 0}, Case{8192, 8, 256, 4000}}) {
-      SCOPED_TRACE(fmt::format("S={} Hq={} D={} window={}", c.S, c.Hq, c.D, c.window));
+                   Case{40, 8, 64, 0}, Case{6000, 2, 256, 0}, Case{8192, 8, 256, 4000}, Case{200, 20, 576, 0, 512},
+                   Case{3000, 20, 576, 0, 512}}) {
+      SCOPED_TRACE(fmt::format("S={} Hq={} D={} window={} Dv={}", c.S, c.Hq, c.D, c.window, c.Dv));
       const int64_t T = 8;
       Tensor q = on(dev, random_host({T, c.Hq, c.D}));
-      Tensor k = on(dev, random_host({c.S, 1, c.D})), v = on(dev, random_host({c.S, 1, c.D}));
+      Tensor k = on(dev, random_host({c.S, 1, c.D}));
+      Tensor v = c.Dv ? k.slice(2, 0, c.Dv) : on(dev, random_host({c.S, 1, c.D}));
+      const int64_t Dv = c.Dv ? c.Dv : c.D;
       std::vector<int32_t> kp(c.S), qp(T);
       for (int64_t s = 0; s < c.S; s++) kp[s] = static_cast<int32_t>(s);
       for (int64_t t = 0; t < T; t++) qp[t] = static_cast<int32_t>(c.S - T + t);
@@ -809,15 +813,15 @@ TEST(DeviceOps, AttentionDecodeRowsEqualVerifyRowsBitForBit) {
       p.scale = 1.0f / std::sqrt(static_cast<float>(c.D));
       p.window = c.window;
       Backend& be = backend_for(dev);
-      Tensor all = be.empty({T, c.Hq, c.D}, DType::F32);
+      Tensor all = be.empty({T, c.Hq, Dv}, DType::F32);
       be.attention(q, k, v, qpos, kpos, p, all);
       const Tensor all_host = ops::to_host(all);
       for (int64_t t = 0; t < T; t++) {
-        Tensor one = be.empty({1, c.Hq, c.D}, DType::F32);
+        Tensor one = be.empty({1, c.Hq, Dv}, DType::F32);
         be.attention(q.slice(0, t, t + 1), k, v, qpos.slice(0, t, t + 1), kpos, p, one);
         const Tensor h = ops::to_host(one);
-        for (int64_t i = 0; i < c.Hq * c.D; i++)
-          ASSERT_EQ(h.data<float>()[i], all_host.data<float>()[t * c.Hq * c.D + i]) << "query " << t << ", " << i;
+        for (int64_t i = 0; i < c.Hq * Dv; i++)
+          ASSERT_EQ(h.data<float>()[i], all_host.data<float>()[t * c.Hq * Dv + i]) << "query " << t << ", " << i;
       }
     }
   });

@@ -2841,14 +2841,14 @@ int attention_splits(const AttentionArgs& a) {
   return static_cast<int>(splits);
 }
 
-// The float4s per lane of attention_decode_kernel for these heads (1, 2 or 4), or 0 when its float4 loads cannot
-// read them (head dims above 512 or not multiples of 4, rows not 16-byte aligned).
+// The float4s per lane of attention_decode_kernel for these heads (1, 2, 4, or 5 for GLM's latent rows of 576), or
+// 0 when its float4 loads cannot read them (head dims above 640 or not multiples of 4, rows not 16-byte aligned).
 int attention_decode_width(const AttentionArgs& a) {
   const bool aligned = reinterpret_cast<uintptr_t>(a.k) % 16 == 0 && reinterpret_cast<uintptr_t>(a.v) % 16 == 0 &&
                        a.skS % 4 == 0 && a.skH % 4 == 0 && a.svS % 4 == 0 && a.svH % 4 == 0;
   if (!aligned || a.D % 4 || a.Dv % 4) return 0;
   const int64_t widest = a.D > a.Dv ? a.D : a.Dv;
-  return widest <= 128 ? 1 : widest <= 256 ? 2 : widest <= 512 ? 4 : 0;
+  return widest <= 128 ? 1 : widest <= 256 ? 2 : widest <= 512 ? 4 : widest <= 640 ? 5 : 0;
 }
 
 // The slots a split of attention_group_kernel takes, or 0 when it does not apply: groups of 2, 4 or 8 query heads per
@@ -2879,14 +2879,16 @@ size_t attention_scratch_floats(const AttentionArgs& a) {
   return splits > 1 ? static_cast<size_t>(a.T * a.Hq * splits * (a.Dv + 2)) : 0;
 }
 
-// The decode attention kernel for head rows of up to 128·n dims (n = attention_decode_width: 1, 2 or 4).
+// The decode attention kernel for head rows of up to 128·n dims (n = attention_decode_width: 1, 2, 4 or 5).
 // Launches of several queries (verification) take the lean kernel for rows of up to 256 dims (the same bits).
 template <int W, bool Cluster>
 auto attention_decode_of(int n, int64_t T) {
   if (T > 1 && g_lean_attention && n <= 2)
     return n == 1 ? attention_decode_lean_kernel<1, W, Cluster> : attention_decode_lean_kernel<2, W, Cluster>;
-  return n == 1 ? attention_decode_kernel<1, W, Cluster>
-                : n == 2 ? attention_decode_kernel<2, W, Cluster> : attention_decode_kernel<4, W, Cluster>;
+  return n == 1   ? attention_decode_kernel<1, W, Cluster>
+         : n == 2 ? attention_decode_kernel<2, W, Cluster>
+         : n == 4 ? attention_decode_kernel<4, W, Cluster>
+                  : attention_decode_kernel<5, W, Cluster>;
 }
 
 void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaStream_t s) {

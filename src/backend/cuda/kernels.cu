@@ -1330,8 +1330,9 @@ __global__ void rms_norm_rope_many_kernel(const NormRopeJob j, const int32_t* po
 }
 
 // Multi-head latent attention's entries and rotated query parts (see latent_entry in kernels.h), two blocks per
-// token of rms_norm_kernel's width (R = 2n: every rotary column is rotated): block (t, 0) norms the latent with inv_rms / normed_row straight into the cache
-// slot and rotates the shared key beside it (rope_kernel's arithmetic); block (t, 1) rotates every query head's part.
+// token of rms_norm_kernel's width (R = 2n: every rotary column is rotated): block (t, 0) norms the latent with
+// inv_rms / normed_row straight into the cache slot and rotates the shared key beside it (rope_kernel's
+// arithmetic); block (t, 1) rotates every query head's part.
 __global__ void latent_entry_kernel(const LatentEntryArgs a) {
   pdl_begin();
   __shared__ float scratch[32];

@@ -46,6 +46,13 @@ struct NormRope {
   const Tensor* y;
 };
 
+// One output of Backend::rms_norm_many: y = rms_norm(x)·(w or 1)·s (the scale skipped where s is 1).
+struct ScaledNorm {
+  const Tensor* w;
+  float s;
+  const Tensor* y;
+};
+
 // Where a KV cache append writes (the slot tensors Backend::kv_write takes).
 struct KvSlots {
   Tensor keys, values, slot_pos;
@@ -208,6 +215,30 @@ class Backend {
     copy(q, q_out);
     rope(q_out, positions, inv_freq, interleaved);
     kv_write(e, empty({T, 1, 0}, DType::F32), slot_positions, slots.keys, slots.values, slots.slot_pos, slots.ring);
+  }
+  // Several norms of the same rows x [R, D] (a mixture layer's router input and its experts' input): one op so that
+  // an accelerator sums each row's squares once for all of them. The default runs rms_norm (and scale) for each.
+  virtual void rms_norm_many(const Tensor& x, float eps, const std::vector<ScaledNorm>& outs) {
+    for (const ScaledNorm& o : outs) {
+      rms_norm(x, o.w, eps, *o.y);
+      if (o.s != 1.0f) scale(*o.y, o.s, *o.y);
+    }
+  }
+  // The end of a mixture layer with norms after both branches (Gemma 4): f = rms_norm(dense)·w_dense +
+  // rms_norm(combine_rows(rows, weights))·w_routed, then add_rms_norm (n null) or add_rms_norm_norm (into n) of x
+  // and f. One op so that an accelerator does it in one pass with the bits of those ops; the default runs them.
+  virtual void combine_post_norms(const Tensor& rows, const Tensor& weights, const Tensor& dense,
+                                  const Tensor* w_dense, const Tensor* w_routed, const Tensor& x, const Tensor* w,
+                                  float eps, float s, const Tensor& y, const Tensor* w_next, const Tensor* n) {
+    Tensor m = empty(y.shape(), DType::F32), a = empty(y.shape(), DType::F32), b = empty(y.shape(), DType::F32);
+    combine_rows(rows, weights, m);
+    rms_norm(dense, w_dense, eps, a);
+    rms_norm(m, w_routed, eps, b);
+    add(a, b, a);
+    if (n)
+      add_rms_norm_norm(x, a, w, eps, s, y, w_next, *n);
+    else
+      add_rms_norm(x, a, w, eps, s, y);
   }
   // A mixture's output added to the residual: y = x + (combine_rows(rows, weights) + s), where s (the shared
   // experts' output, [T, D]) may be null, and n = rms_norm(y)·w (w may be null). One op so that an accelerator does

@@ -121,6 +121,21 @@ void rms_norm_into(const Tensor& x, const Tensor& w, float eps, const Tensor& y)
   const Tensor xr = x.is_contiguous() || (x.ndim() == 2 && x.stride(1) == 1) ? x : contiguous(x);
   backend_of_all("rms_norm", x, w, y).rms_norm(xr, w.defined() ? &w : nullptr, eps, y);
 }
+std::vector<Tensor> rms_norm_many(const Tensor& x, float eps, const std::vector<NormScale>& norms) {
+  const Tensor xr = x.is_contiguous() || (x.ndim() == 2 && x.stride(1) == 1) ? x : contiguous(x);
+  std::vector<Tensor> ys;
+  std::vector<ScaledNorm> outs;
+  ys.reserve(norms.size());
+  Backend* be = &backend_of(x);
+  for (const NormScale& n : norms) {
+    ys.push_back(empty_like(x, x.shape()));
+    if (n.w.defined()) be = &backend_of_all("rms_norm_many", x, n.w);
+  }
+  for (size_t i = 0; i < norms.size(); i++)
+    outs.push_back(ScaledNorm{norms[i].w.defined() ? &norms[i].w : nullptr, norms[i].s, &ys[i]});
+  be->rms_norm_many(xr, eps, outs);
+  return ys;
+}
 Tensor add_rms_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s) {
   VATIC_CHECK(x.shape() == f.shape(), "add_rms_norm: {} and {}", x.describe(), f.describe());
   Tensor y = empty_like(x, x.shape());
@@ -359,6 +374,20 @@ ResidualAndNorm combine_add_norm(const Tensor& rows, const Tensor& weights, cons
   backend_of_all("combine_add_norm", rows, weights, s, x, w)
       .combine_add_norm(contiguous(rows), contiguous(weights), s.defined() ? &sc : nullptr, contiguous(x),
                         w.defined() ? &w : nullptr, eps, r.residual, r.normed);
+  return r;
+}
+ResidualAndNorm combine_post_norms(const Tensor& rows, const Tensor& weights, const Tensor& dense,
+                                   const Tensor& w_dense, const Tensor& w_routed, const Tensor& x, const Tensor& w,
+                                   float eps, float s, bool next_norm, const Tensor& w_next) {
+  VATIC_CHECK(rows.ndim() == 2 && weights.ndim() == 2 && x.ndim() == 2 && x.dim(0) == weights.dim(0) &&
+                  rows.dim(0) == weights.numel() && rows.dim(1) == x.dim(1) && dense.shape() == x.shape(),
+              "combine_post_norms: rows {} weights {} dense {} onto {}", rows.describe(), weights.describe(),
+              dense.describe(), x.describe());
+  ResidualAndNorm r{empty_like(x, x.shape()), next_norm ? empty_like(x, x.shape()) : Tensor()};
+  auto opt = [](const Tensor& t) { return t.defined() ? &t : nullptr; };
+  backend_of_all("combine_post_norms", rows, weights, dense, w_dense, w_routed, x, w, w_next)
+      .combine_post_norms(contiguous(rows), contiguous(weights), contiguous(dense), opt(w_dense), opt(w_routed),
+                          contiguous(x), opt(w), eps, s, r.residual, opt(w_next), next_norm ? &r.normed : nullptr);
   return r;
 }
 void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts) {

@@ -54,6 +54,12 @@ void rope_inplace(const Tensor& x, const Tensor& positions, const Tensor& inv_fr
 // rope(rms_norm(x, w)) for x [T, H, D] (neox or interleaved pairs, as rope_inplace).
 Tensor rms_norm_rope(const Tensor& x, const Tensor& w, float eps, const Tensor& positions, const Tensor& inv_freq,
                      bool interleaved);
+// {rms_norm(x, w_i)·s_i}: several norms of the same rows in one op (Backend::rms_norm_many; w_i may be undefined).
+struct NormScale {
+  Tensor w;
+  float s = 1.0f;
+};
+std::vector<Tensor> rms_norm_many(const Tensor& x, float eps, const std::vector<NormScale>& norms);
 // rms_norm_rope (rope false: rms_norm) of several [T, H, D] tensors of one T and D in one op (w may be undefined).
 struct NormRopeInput {
   Tensor x, w;
@@ -97,6 +103,12 @@ Tensor combine_rows(const Tensor& rows, const Tensor& weights);                 
 // output, may be undefined) added to the residual, and the next block's input norm (Backend::combine_add_norm).
 ResidualAndNorm combine_add_norm(const Tensor& rows, const Tensor& weights, const Tensor& s, const Tensor& x,
                                  const Tensor& w, float eps);
+// A mixture layer whose branches are normed before their sum (Gemma 4): f = rms_norm(dense, w_dense) +
+// rms_norm(combine_rows(rows, weights), w_routed), then add_rms_norm(x, f, w, eps, s) and, with `next_norm`, the
+// next block's input norm of the result with w_next (else `normed` stays undefined). Backend::combine_post_norms.
+ResidualAndNorm combine_post_norms(const Tensor& rows, const Tensor& weights, const Tensor& dense,
+                                   const Tensor& w_dense, const Tensor& w_routed, const Tensor& x, const Tensor& w,
+                                   float eps, float s, bool next_norm, const Tensor& w_next);
 void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts);
 Tensor gather_rows(const Tensor& table, const Tensor& ids);  // [ids.numel(), C] of the table's dtype (I32, F32)
 void scatter(const Tensor& values, const Tensor& index, const Tensor& out);

@@ -686,6 +686,71 @@ TEST(DeviceOps, LatentEntryAndMixtureResidual) {
   });
 }
 
+// A Gemma 4 mixture layer's norms in two ops: several norms of one row (the router's input and the experts'), and
+// both branches normed, summed, normed again and added to the residual (with the next norm). Each equal bit for bit
+// to the ops it replaces on the same device, and close to the CPU's; widths below 1,024 (a norm block of 128
+// threads), above it, and above the residual norm's row held in registers (2,048).
+TEST(DeviceOps, MixtureNorms) {
+  FOR_EACH_DEVICE([](Device dev) {
+    Backend& be = backend_for(dev);
+    Backend& cpu = cpu_backend();
+    OwnRandom seeded(7);
+    for (int64_t D : {int64_t(7), int64_t(1536), int64_t(2816)})
+      for (int64_t T : {int64_t(1), int64_t(3)}) {
+        SCOPED_TRACE(fmt::format("rms_norm_many D={} T={}", D, T));
+        Tensor wide = random_host({T, D + 5}), w1 = random_host({D}), w2 = random_host({D});
+        Tensor dwide = on(dev, wide), dw1 = on(dev, w1), dw2 = on(dev, w2);
+        for (bool strided : {false, true}) {
+          const Tensor x = strided ? wide.slice(1, 2, 2 + D) : ops::contiguous(wide.slice(1, 2, 2 + D));
+          const Tensor dx = strided ? dwide.slice(1, 2, 2 + D) : ops::contiguous(dwide.slice(1, 2, 2 + D));
+          auto outs = [&](Backend& b, const Tensor* wa, const Tensor* wb, std::vector<Tensor>& ys) {
+            ys = {b.empty({T, D}, DType::F32), b.empty({T, D}, DType::F32), b.empty({T, D}, DType::F32)};
+            return std::vector<ScaledNorm>{{wa, 0.0625f, &ys[0]}, {wb, 1.0f, &ys[1]}, {nullptr, 1.0f, &ys[2]}};
+          };
+          std::vector<Tensor> fy, cy, hy;
+          be.rms_norm_many(dx, 1e-6f, outs(be, &dw1, &dw2, fy));
+          be.Backend::rms_norm_many(dx, 1e-6f, outs(be, &dw1, &dw2, cy));
+          cpu.rms_norm_many(x, 1e-6f, outs(cpu, &w1, &w2, hy));
+          for (size_t i = 0; i < 3; i++) {
+            expect_close(fy[i], cy[i], 0, fmt::format("norm {} against the composed ops", i));
+            expect_close(fy[i], hy[i], 2e-6, fmt::format("norm {} against the CPU", i));
+          }
+        }
+      }
+    for (int64_t D : {int64_t(7), int64_t(1536), int64_t(2816)})
+      for (int64_t T : {int64_t(1), int64_t(3)})
+        for (int variant = 0; variant < 3; variant++) {  // weights and the next norm; weight-less, scaled; no next
+          SCOPED_TRACE(fmt::format("combine_post_norms D={} T={} variant {}", D, T, variant));
+          const int64_t k = 8;
+          const bool weights = variant != 1, next = variant < 2;
+          const float s = variant == 1 ? 0.75f : 1.0f;
+          Tensor rows = random_host({T * k, D}), wts = random_host({T, k}), dense = random_host({T, D}),
+                 x = random_host({T, D}), wa = random_host({D}), wb = random_host({D}), w = random_host({D}),
+                 wn = random_host({D});
+          auto run = [&](Backend& b, bool host, bool composed) {
+            auto put = [&](const Tensor& t) { return host ? t : on(dev, t); };
+            const Tensor r = put(rows), g = put(wts), d = put(dense), xx = put(x), a = put(wa), bb = put(wb),
+                         ww = put(w), nn = put(wn);
+            Tensor y = b.empty({T, D}, DType::F32), n = b.empty({T, D}, DType::F32);
+            const Tensor *pa = weights ? &a : nullptr, *pb = weights ? &bb : nullptr, *pw = weights ? &ww : nullptr;
+            if (composed)
+              b.Backend::combine_post_norms(r, g, d, pa, pb, xx, pw, 1e-6f, s, y, &nn, next ? &n : nullptr);
+            else
+              b.combine_post_norms(r, g, d, pa, pb, xx, pw, 1e-6f, s, y, &nn, next ? &n : nullptr);
+            return std::vector<Tensor>{y, n};
+          };
+          const std::vector<Tensor> fused = run(be, false, false), composed = run(be, false, true),
+                                    host = run(cpu, true, true);
+          expect_close(fused[0], composed[0], 0, "residual");
+          expect_close(fused[0], host[0], 2e-6, "residual against the CPU");
+          if (next) {
+            expect_close(fused[1], composed[1], 0, "next norm");
+            expect_close(fused[1], host[1], 2e-6, "next norm against the CPU");
+          }
+        }
+  });
+}
+
 // An output projection with the residual add (and the next norm) after it, in one op: against the CPU's
 // composition, in every weight layout the decode path takes, past 8 rows (composed) and at widths the GEMV fills
 // unevenly; and a row's result does not depend on how many rows go with it (decode and verification agree bit for

@@ -766,6 +766,50 @@ class CudaBackend final : public Backend {
     check_launch("combine_add_norm");
   }
 
+  void combine_post_norms(const Tensor& rows, const Tensor& weights, const Tensor& dense, const Tensor* w_dense,
+                          const Tensor* w_routed, const Tensor& x, const Tensor* w, float eps, float s,
+                          const Tensor& y, const Tensor* w_next, const Tensor* n) override {
+    Timed timed_(*this, "combine_post_norms");
+    const auto [T, D] = residual_rows("combine_post_norms", x, dense, y, n);
+    const int64_t k = weights.numel() / std::max<int64_t>(T, 1);
+    VATIC_CHECK(rows.dtype() == DType::F32 && rows.is_contiguous() && rows.numel() == T * k * D &&
+                    weights.dtype() == DType::F32 && weights.is_contiguous() && weights.numel() == T * k,
+                "combine_post_norms: rows {} weights {} onto {}", rows.describe(), weights.describe(), x.describe());
+    bind();
+    const Tensor wa = norm_weight(w_dense, D, "combine_post_norms"), wb = norm_weight(w_routed, D, "combine_post_norms"),
+                 wf = norm_weight(w, D, "combine_post_norms"), wn = norm_weight(w_next, D, "combine_post_norms");
+    const Tensor tmp = empty({T, 2, D}, DType::F32);
+    cuda::combine_post_norms(rows.data<float>(), weights.data<float>(), dense.data<float>(), T, k, D,
+                             w_dense ? wa.data<float>() : nullptr, w_routed ? wb.data<float>() : nullptr,
+                             x.data<float>(), w ? wf.data<float>() : nullptr, eps, s, y.data<float>(),
+                             n && w_next ? wn.data<float>() : nullptr, n ? n->data<float>() : nullptr,
+                             tmp.data<float>(), stream_);
+    check_launch("combine_post_norms");
+  }
+
+  void rms_norm_many(const Tensor& x, float eps, const std::vector<ScaledNorm>& outs) override {
+    auto rows = [](const Tensor& t) { return t.is_contiguous() || (t.ndim() == 2 && t.stride(1) == 1); };
+    const int64_t D = x.dim(-1), R = x.numel() / std::max<int64_t>(D, 1);
+    bool fits = rows(x) && x.dtype() == DType::F32 && outs.size() <= cuda::kMaxNormOuts;
+    for (const ScaledNorm& o : outs)
+      fits = fits && o.y->is_contiguous() && o.y->dtype() == DType::F32 && o.y->numel() == x.numel() &&
+             o.y->dim(-1) == D && o.y->data<float>() != x.data<float>();
+    if (!fits) return Backend::rms_norm_many(x, eps, outs);
+    Timed timed_(*this, "rms_norm_many");
+    bind();
+    std::vector<Tensor> wf;
+    cuda::NormOuts j;
+    for (const ScaledNorm& o : outs) {
+      wf.push_back(norm_weight(o.w, D, "rms_norm_many"));
+      j.w[j.count] = o.w ? wf.back().data<float>() : nullptr;
+      j.s[j.count] = o.s;
+      j.y[j.count] = o.y->data<float>();
+      j.count++;
+    }
+    cuda::rms_norm_many(x.data<float>(), x.is_contiguous() ? D : x.stride(0), R, D, eps, j, stream_);
+    check_launch("rms_norm_many");
+  }
+
   void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) override {
     VATIC_CHECK(ws.size() == ys.size(), "matmul_many: {} matrices, {} outputs", ws.size(), ys.size());
     const int64_t T = x.ndim() == 2 ? x.dim(0) : 0;

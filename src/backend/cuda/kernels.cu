@@ -1198,6 +1198,13 @@ __device__ __forceinline__ void normed_row(const float* x, float inv, const floa
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y[i] = w ? x[i] * inv * w[i] : x[i] * inv;
 }
 
+// One rope pair (x0, x1) turned by the angle of sine sn and cosine c, each product and sum rounded on its own (no
+// contraction the compiler could choose differently where it is inlined): every rope path calls it, so that the
+// fused ropes and rope_kernel agree bit for bit.
+__device__ __forceinline__ float2 rotate_pair(float x0, float x1, float c, float sn) {
+  return make_float2(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn)), __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn)));
+}
+
 // The cache slot of position p (a ring's slot, or p itself), or -1 after flagging a position that has none: the
 // first bad position goes to bad[1] and bad[0] is set (the backend checks it after the op).
 __device__ __forceinline__ int64_t kv_slot(int32_t p, int64_t C, bool ring, int* bad) {
@@ -1270,9 +1277,9 @@ __global__ void rms_norm_rope_many_kernel(const NormRopeJob j, const int32_t* po
   const bool rope = j.rope[g];
   auto rotate = [&](int64_t i, float sn, float c) {
     const int64_t a = interleaved ? 2 * i : i, e = interleaved ? 2 * i + 1 : i + D / 2;
-    const float x0 = row[a], x1 = row[e];
-    row[a] = x0 * c - x1 * sn;
-    row[e] = x1 * c + x0 * sn;
+    const float2 r = rotate_pair(row[a], row[e], c, sn);
+    row[a] = r.x;
+    row[e] = r.y;
   };
   if (D <= kRowHeld * blockDim.x) {
     // The row, its weights, and the rotation's angles are all asked for at once (one memory round trip, the angles
@@ -1355,9 +1362,9 @@ __global__ void latent_entry_kernel(const LatentEntryArgs a) {
       sincosf(p * a.inv_freq[i], &sn, &c);
       int64_t i0, i1;
       pair(i, &i0, &i1);
-      const float x0 = xr[a.L + i0], x1 = xr[a.L + i1];
-      e[a.L + i0] = x0 * c - x1 * sn;
-      e[a.L + i1] = x1 * c + x0 * sn;
+      const float2 r = rotate_pair(xr[a.L + i0], xr[a.L + i1], c, sn);
+      e[a.L + i0] = r.x;
+      e[a.L + i1] = r.y;
     }
     if (threadIdx.x == 0) a.slot_pos[slot] = sp;
     return;
@@ -1370,9 +1377,9 @@ __global__ void latent_entry_kernel(const LatentEntryArgs a) {
     pair(i, &i0, &i1);
     const float* qr = a.q + t * a.sqT + h * a.sqH;
     float* o = a.q_out + t * a.soT + h * a.soH;
-    const float x0 = qr[i0], x1 = qr[i1];
-    o[i0] = x0 * c - x1 * sn;
-    o[i1] = x1 * c + x0 * sn;
+    const float2 r = rotate_pair(qr[i0], qr[i1], c, sn);
+    o[i0] = r.x;
+    o[i1] = r.y;
   }
 }
 
@@ -1387,9 +1394,9 @@ __global__ void rope_kernel(float* x, int64_t T, int64_t H, int64_t D, int64_t s
     sincosf(static_cast<float>(pos[t]) * f[i], &s, &c);
     float* v = x + t * sT + h * sH;
     const int64_t a = interleaved ? 2 * i : i, b = interleaved ? 2 * i + 1 : i + D / 2;
-    const float x0 = v[a], x1 = v[b];
-    v[a] = x0 * c - x1 * s;
-    v[b] = x1 * c + x0 * s;
+    const float2 r = rotate_pair(v[a], v[b], c, s);
+    v[a] = r.x;
+    v[b] = r.y;
   }
 }
 
@@ -2367,6 +2374,51 @@ __global__ void combine_add_norm_kernel(const float* rows, const float* weights,
   normed_row(y + o, inv_rms(y + o, D, eps, scratch), w, D, n + o);
 }
 
+// combine_rows, rms_norm of the combined row and of the dense branch, their add, then add_rms_norm (and with n the
+// next norm), one block per row of rms_norm_kernel's width: each step with its own kernel's arithmetic (the norms'
+// sums by inv_rms at this width, the residual step by residual_norm_row on the first kNormThreads threads). The
+// combined row and the branches' sum go through tmp [T, 2, D] (residual_norm_row reads its branch from L2).
+__global__ void combine_post_norms_kernel(const float* rows, const float* weights, const float* dense, int64_t k,
+                                          int64_t D, const float* wa, const float* wb, const float* x, const float* w,
+                                          float eps, float s, float* y, const float* w2, float* n, float* tmp) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  const int64_t t = blockIdx.x, o = t * D;
+  float* m = tmp + 2 * o;
+  float* f = m + D;
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    float c = 0.0f;
+    for (int64_t j = 0; j < k; j++) c += weights[t * k + j] * rows[(t * k + j) * D + d];
+    m[d] = c;
+  }
+  __syncthreads();
+  const float inv_a = inv_rms(dense + o, D, eps, scratch), inv_b = inv_rms(m, D, eps, scratch);
+  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+    const float a = wa ? __fmul_rn(__fmul_rn(dense[o + d], inv_a), wa[d]) : __fmul_rn(dense[o + d], inv_a);
+    const float b = wb ? __fmul_rn(__fmul_rn(m[d], inv_b), wb[d]) : __fmul_rn(m[d], inv_b);
+    f[d] = __fadd_rn(a, b);
+  }
+  __syncthreads();
+  residual_norm_row(x + o, f, w, D, eps, s, y + o, w2, n ? n + o : nullptr, scratch);
+}
+
+// rms_norm_kernel's row with several outputs: the row's inverse RMS once, then each y = x·inv (·w) (·s).
+__global__ void rms_norm_many_kernel(const float* x, int64_t ldx, int64_t D, float eps, NormOuts outs) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  const float* xr = x + blockIdx.x * ldx;
+  const float inv = inv_rms(xr, D, eps, scratch);
+  for (int j = 0; j < outs.count; j++) {
+    const float* w = outs.w[j];
+    const float sc = outs.s[j];
+    float* yr = outs.y[j] + blockIdx.x * D;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) {
+      const float v = w ? __fmul_rn(__fmul_rn(xr[i], inv), w[i]) : __fmul_rn(xr[i], inv);
+      yr[i] = sc != 1.0f ? __fmul_rn(v, sc) : v;
+    }
+  }
+}
+
 constexpr int64_t kRouteRankExperts = 512;  // routers up to this many experts rank them in one pass
 __global__ void route_kernel(RouteArgs a) {
   pdl_begin();
@@ -2997,6 +3049,18 @@ void combine_add_norm(const float* rows, const float* weights, const float* shar
   if (T * D == 0) return;
   launch(combine_add_norm_kernel, static_cast<unsigned>(T), D >= 1024 ? 512 : 128, 0, s, rows, weights, shared, x, k,
          D, w, eps, y, n);
+}
+void combine_post_norms(const float* rows, const float* weights, const float* dense, int64_t T, int64_t k, int64_t D,
+                        const float* w_dense, const float* w_routed, const float* x, const float* w, float eps,
+                        float scale, float* y, const float* w2, float* n, float* tmp, cudaStream_t s) {
+  if (T * D == 0) return;
+  launch(combine_post_norms_kernel, static_cast<unsigned>(T), D >= 1024 ? 512 : 128, 0, s, rows, weights, dense, k, D,
+         w_dense, w_routed, x, w, eps, scale, y, w2, n, tmp);
+}
+void rms_norm_many(const float* x, int64_t ldx, int64_t rows, int64_t D, float eps, const NormOuts& outs,
+                   cudaStream_t s) {
+  if (rows == 0) return;
+  launch(rms_norm_many_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, ldx, D, eps, outs);
 }
 void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n, int32_t* out, int* bad,
                  cudaStream_t s) {

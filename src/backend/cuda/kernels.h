@@ -128,6 +128,17 @@ void add_norm(const float* x, const float* f, const float* w, int64_t rows, int6
               cudaStream_t s);
 void rms_norm(const float* x, int64_t ldx, const float* w, int64_t rows, int64_t D, float eps, float* y, int64_t ldy,
               cudaStream_t s);
+// rms_norm of rows of D (row stride ldx) into up to four contiguous outputs, y[j] = rms_norm(x)·(w[j] or 1)·s[j] (the
+// scale skipped where it is 1), with the row's sum of squares taken once.
+constexpr int kMaxNormOuts = 4;
+struct NormOuts {
+  const float* w[kMaxNormOuts] = {};
+  float s[kMaxNormOuts] = {};
+  float* y[kMaxNormOuts] = {};
+  int count = 0;
+};
+void rms_norm_many(const float* x, int64_t ldx, int64_t rows, int64_t D, float eps, const NormOuts& outs,
+                   cudaStream_t s);
 // y = (x + rms_norm(f)·w) · scale over rows of D.
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
                   float* y, cudaStream_t s);
@@ -234,6 +245,11 @@ void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k,
 // bits of combine_rows, add and add_norm.
 void combine_add_norm(const float* rows, const float* weights, const float* shared, const float* x, int64_t T,
                       int64_t k, int64_t D, const float* w, float eps, float* y, float* n, cudaStream_t s);
+// combine_rows, then y = add_rms_norm(x, rms_norm(dense)·w_dense + rms_norm(combined)·w_routed) with w and scale
+// (and with n, n = rms_norm(y)·w2) in one launch, with the bits of those kernels; tmp holds [T, 2, D] floats.
+void combine_post_norms(const float* rows, const float* weights, const float* dense, int64_t T, int64_t k, int64_t D,
+                        const float* w_dense, const float* w_routed, const float* x, const float* w, float eps,
+                        float scale, float* y, const float* w2, float* n, float* tmp, cudaStream_t s);
 
 // out[i, :] = table[ids[i], :] (I32 rows of C); a row outside [0, R) writes -1s and sets bad[0] = 1, bad[1] = it.
 void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n, int32_t* out, int* bad,

@@ -162,21 +162,20 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
   return ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap).reshape({T, nh * d});
 }
 
-Tensor Gemma4Model::moe_block(const Gemma4Layer& l, const Tensor& r, const Tensor& r_normed) {
+Gemma4Model::MoeBranches Gemma4Model::moe_branches(const Gemma4Layer& l, const Tensor& r, const Tensor& r_normed) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
   const int64_t H = cfg_.hidden_size, MI = cfg_.moe_intermediate_size;
-  Tensor m1 = ops::rms_norm(mlp(l, r_normed), l.post_ff_ln1, eps);
-  // Router: weight-less norm of the raw residual, learned scale, H^-1/2.
-  Tensor z = ops::scale(ops::mul(ops::rms_norm(r, Tensor(), eps), l.router_scale), 1.0f / std::sqrt(float(H)));
+  Tensor dense = mlp(l, r_normed);
+  // Two norms of the raw residual in one op: the router's (weight-less, times its learned scale, times H^-1/2:
+  // the scale taken as the norm's weight gives the same products) and the experts' input norm.
+  const std::vector<Tensor> n =
+      ops::rms_norm_many(r, eps, {{l.router_scale, 1.0f / std::sqrt(float(H))}, {l.pre_ff_ln2, 1.0f}});
   Tensor weights, experts;
-  blocks::route_experts(ops::matmul(z, l.router), l.routing, &weights, &experts);
-  Tensor x2 = ops::rms_norm(r, l.pre_ff_ln2, eps);
+  blocks::route_experts(ops::matmul(n[0], l.router), l.routing, &weights, &experts);
   // The gate and up halves of each routed row in one op, [T·K, MI].
-  Tensor act = ops::matmul_experts_gated(x2, l.experts_gate_up.rows(0, MI), l.experts_gate_up.rows(MI, 2 * MI),
+  Tensor act = ops::matmul_experts_gated(n[1], l.experts_gate_up.rows(0, MI), l.experts_gate_up.rows(MI, 2 * MI),
                                          experts, Unary::GeluTanh);
-  Tensor m2 = ops::combine_rows(ops::matmul_experts(act, l.experts_down, experts), weights);  // [T, H]
-  m2 = ops::rms_norm(m2, l.post_ff_ln2, eps);
-  return ops::add(m1, m2);
+  return {dense, {ops::matmul_experts(act, l.experts_down, experts), weights}};
 }
 
 Tensor Gemma4Model::per_layer_inputs(const Tensor& ids, const Tensor& x0) {
@@ -222,11 +221,11 @@ ForwardResult Gemma4Model::forward_eager(KvState& st, const std::vector<int32_t>
     // The layer's last residual add (the feed-forward's, or the per-layer input's after it) also applies its scalar.
     ops::ResidualAndNorm o;
     if (cfg_.enable_moe_block) {
-      const Tensor f = moe_block(l, x, a.normed);
-      if (ple.defined())
-        x = ops::add_rms_norm(x, f, l.post_ff_ln, eps);
-      else
-        o = ops::add_rms_norm_norm(x, f, l.post_ff_ln, eps, l.layer_scalar, next);
+      // Both branches normed, summed, normed again and added to the residual (with the next norm) in one op.
+      const MoeBranches m = moe_branches(l, x, a.normed);
+      o = ops::combine_post_norms(m.routed.rows, m.routed.weights, m.dense, l.post_ff_ln1, l.post_ff_ln2, x,
+                                  l.post_ff_ln, eps, ple.defined() ? 1.0f : l.layer_scalar, !ple.defined(), next);
+      if (ple.defined()) x = o.residual;
     } else if (ple.defined()) {
       x = ops::matmul_add_rms_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps);
     } else {

@@ -63,8 +63,14 @@ class Gemma4Model final : public LanguageModel {
   // The attention heads' output [T, heads · head_dim], before the output projection (which goes with the residual
   // add that follows it).
   Tensor attention_block(int i, const Tensor& a, const Tensor& positions, KvState& st);
-  // r: the residual; r_normed: r under the feed-forward's input norm.
-  Tensor moe_block(const Gemma4Layer& l, const Tensor& r, const Tensor& r_normed);
+  // The mixture layer's two branches before their norms: the dense MLP's output and each token's routed rows with
+  // their weights (ops::combine_post_norms ends the layer). r: the residual; r_normed: r under the feed-forward's
+  // input norm.
+  struct MoeBranches {
+    Tensor dense;
+    blocks::RoutedRows routed;
+  };
+  MoeBranches moe_branches(const Gemma4Layer& l, const Tensor& r, const Tensor& r_normed);
   Tensor per_layer_inputs(const Tensor& ids, const Tensor& x0);  // [T, L, P]
 
   Gemma4TextConfig cfg_;

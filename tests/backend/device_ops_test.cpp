@@ -689,13 +689,13 @@ TEST(DeviceOps, LatentEntryAndMixtureResidual) {
 // A Gemma 4 mixture layer's norms in two ops: several norms of one row (the router's input and the experts'), and
 // both branches normed, summed, normed again and added to the residual (with the next norm). Each equal bit for bit
 // to the ops it replaces on the same device, and close to the CPU's; widths below 1,024 (a norm block of 128
-// threads), above it, and above the residual norm's row held in registers (2,048).
+// threads), above the fused GEMV's residual row held in registers (2,048), and above every row held (6,144).
 TEST(DeviceOps, MixtureNorms) {
   FOR_EACH_DEVICE([](Device dev) {
     Backend& be = backend_for(dev);
     Backend& cpu = cpu_backend();
     OwnRandom seeded(7);
-    for (int64_t D : {int64_t(7), int64_t(1536), int64_t(2816)})
+    for (int64_t D : {int64_t(7), int64_t(1536), int64_t(2816), int64_t(7000)})
       for (int64_t T : {int64_t(1), int64_t(3)}) {
         SCOPED_TRACE(fmt::format("rms_norm_many D={} T={}", D, T));
         Tensor wide = random_host({T, D + 5}), w1 = random_host({D}), w2 = random_host({D});
@@ -717,7 +717,7 @@ TEST(DeviceOps, MixtureNorms) {
           }
         }
       }
-    for (int64_t D : {int64_t(7), int64_t(1536), int64_t(2816)})
+    for (int64_t D : {int64_t(7), int64_t(1536), int64_t(2816), int64_t(7000)})
       for (int64_t T : {int64_t(1), int64_t(3)})
         for (int variant = 0; variant < 3; variant++) {  // weights and the next norm; weight-less, scaled; no next
           SCOPED_TRACE(fmt::format("combine_post_norms D={} T={} variant {}", D, T, variant));
@@ -754,8 +754,9 @@ TEST(DeviceOps, MixtureNorms) {
 // An output projection with the residual add (and the next norm) after it, in one op: against the CPU's
 // composition, in every weight layout the decode path takes, past 8 rows (composed) and at widths the GEMV fills
 // unevenly; and a row's result does not depend on how many rows go with it (decode and verification agree bit for
-// bit). Several launches in a row check that the fused kernel leaves its completion counter ready for the next
-// (with VATIC_FUSED_NORMS=0 one-row launches take the GEMV and the norm kernel: run this test with it set too).
+// bit). One-row launches take the GEMV and then the norm kernel; with VATIC_FUSED_NORMS=1 the GEMV's last block
+// finishes the row instead (run this test with it set too): several launches in a row check that it leaves its
+// completion counter ready for the next, and rows of 2,816 that its slices and the norm kernel's registers agree.
 TEST(DeviceOps, ProjectionWithResidualNorm) {
   FOR_EACH_DEVICE([](Device dev) {
     Backend& be = backend_for(dev);
@@ -764,7 +765,7 @@ TEST(DeviceOps, ProjectionWithResidualNorm) {
     struct Size {
       int64_t N, K;
     };
-    for (Size sz : {Size{7, 64}, Size{1536, 2048}, Size{1537, 512}})
+    for (Size sz : {Size{7, 64}, Size{1536, 2048}, Size{1537, 512}, Size{2816, 256}})
       for (int bits : {0, 8, 4}) {
         const Linear W = bits ? random_quantized(0, sz.N, sz.K, bits, 64)
                               : dense(random_host({sz.N, sz.K}, DType::BF16, 0.1f));

@@ -465,6 +465,7 @@ __device__ __forceinline__ float inv_rms_of(float ss, float Df, float eps, float
   return __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(block_sum(ss, scratch), Df), eps)));
 }
 
+template <int Held = kNormHeld>
 __device__ void residual_norm_row(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
                                   float* y, const float* w2, float* n, float* scratch) {
   // Rounded intrinsics throughout: the compiler contracts nothing, whichever kernel this is inlined into.
@@ -478,10 +479,10 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
     float v = __fadd_rn(xv, nv);
     return s != 1.0f ? __fmul_rn(v, s) : v;
   };
-  if (D <= kNormThreads * U * kNormHeld) {
-    float fv[kNormHeld][U], xv[kNormHeld][U], wv[kNormHeld][U], w2v[kNormHeld][U];
+  if (D <= kNormThreads * U * Held) {
+    float fv[Held][U], xv[Held][U], wv[Held][U], w2v[Held][U];
 #pragma unroll
-    for (int h = 0; h < kNormHeld; h++)
+    for (int h = 0; h < Held; h++)
 #pragma unroll
       for (int u = 0; u < U; u++) {
         const int64_t i = threadIdx.x + (h * U + u) * kNormThreads;
@@ -493,13 +494,13 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
       }
     float ss = 0.0f;
 #pragma unroll
-    for (int h = 0; h < kNormHeld; h++)
+    for (int h = 0; h < Held; h++)
 #pragma unroll
       for (int u = 0; u < U; u++) ss = __fadd_rn(ss, __fmul_rn(fv[h][u], fv[h][u]));
     const float inv = inv_rms_of(ss, Df, eps, scratch);
     float ss2 = 0.0f;
 #pragma unroll
-    for (int h = 0; h < kNormHeld; h++)
+    for (int h = 0; h < Held; h++)
 #pragma unroll
       for (int u = 0; u < U; u++) {
         const int64_t i = threadIdx.x + (h * U + u) * kNormThreads;
@@ -513,7 +514,7 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
     if (!n) return;
     const float inv2 = inv_rms_of(ss2, Df, eps, scratch);
 #pragma unroll
-    for (int h = 0; h < kNormHeld; h++)
+    for (int h = 0; h < Held; h++)
 #pragma unroll
       for (int u = 0; u < U; u++) {
         const int64_t i = threadIdx.x + (h * U + u) * kNormThreads;
@@ -1188,7 +1189,7 @@ __global__ void embedding_kernel(Weight table, int64_t V, int64_t D, const int32
 // 1 / sqrt(mean(r²) + eps) of one row of D, summed by the whole block (every norm kernel sums the same way).
 __device__ float inv_rms(const float* r, int64_t D, float eps, float* scratch) {
   float ss = 0.0f;
-  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += r[i] * r[i];
+  for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss = __fmaf_rn(r[i], r[i], ss);
   ss = block_sum(ss, scratch);
   return 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
 }
@@ -1203,6 +1204,53 @@ __device__ __forceinline__ void normed_row(const float* x, float inv, const floa
 // fused ropes and rope_kernel agree bit for bit.
 __device__ __forceinline__ float2 rotate_pair(float x0, float x1, float c, float sn) {
   return make_float2(__fsub_rn(__fmul_rn(x0, c), __fmul_rn(x1, sn)), __fadd_rn(__fmul_rn(x1, c), __fmul_rn(x0, sn)));
+}
+
+// A row of the norm kernels held in registers: thread t holds elements t + k·blockDim.x (k < kRowRegs), all loaded
+// at once, so that a row costs one memory round trip instead of one per pass (a one-row launch is bound by those
+// round trips). Rows longer than kRowRegs·blockDim.x take inv_rms and normed_row; both sum a row's squares in the
+// same order, so a row has the same bits either way.
+constexpr int kRowRegs = 12;
+__device__ __forceinline__ bool row_held(int64_t D) { return D <= kRowRegs * static_cast<int64_t>(blockDim.x); }
+__device__ __forceinline__ int64_t held_index(int k) { return threadIdx.x + k * static_cast<int64_t>(blockDim.x); }
+__device__ __forceinline__ void load_held(const float* r, int64_t D, float (&v)[kRowRegs]) {
+#pragma unroll
+  for (int k = 0; k < kRowRegs; k++) v[k] = held_index(k) < D ? r[held_index(k)] : 0.0f;
+}
+// inv_rms of a held row.
+__device__ __forceinline__ float inv_rms_held(const float (&v)[kRowRegs], int64_t D, float eps, float* scratch) {
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kRowRegs; k++)
+    if (held_index(k) < D) ss = __fmaf_rn(v[k], v[k], ss);
+  return 1.0f / sqrtf(block_sum(ss, scratch) / static_cast<float>(D) + eps);
+}
+// y = x · inv (· w) from a held row: normed_row's products.
+__device__ __forceinline__ void normed_held(const float (&v)[kRowRegs], float inv, const float* w, int64_t D,
+                                            float* y) {
+#pragma unroll
+  for (int k = 0; k < kRowRegs; k++) {
+    const int64_t i = held_index(k);
+    if (i < D) y[i] = w ? v[k] * inv * w[i] : v[k] * inv;
+  }
+}
+// y = rms_norm(x)·(w or 1), one row of D by the whole block: held where it fits (its weights asked for before the
+// sum's reduction), else inv_rms and normed_row. y may be x.
+__device__ __forceinline__ void norm_row(const float* x, const float* w, int64_t D, float eps, float* y,
+                                         float* scratch) {
+  if (!row_held(D)) {
+    normed_row(x, inv_rms(x, D, eps, scratch), w, D, y);
+    return;
+  }
+  float v[kRowRegs], wv[kRowRegs];
+  load_held(x, D, v);
+  if (w) load_held(w, D, wv);
+  const float inv = inv_rms_held(v, D, eps, scratch);
+#pragma unroll
+  for (int k = 0; k < kRowRegs; k++) {
+    const int64_t i = held_index(k);
+    if (i < D) y[i] = w ? v[k] * inv * wv[k] : v[k] * inv;
+  }
 }
 
 // The cache slot of position p (a ring's slot, or p itself), or -1 after flagging a position that has none: the
@@ -1222,8 +1270,7 @@ __global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* w, int
                                 int64_t ldy) {
   pdl_begin();
   __shared__ float scratch[32];
-  const float* xr = x + blockIdx.x * ldx;
-  normed_row(xr, inv_rms(xr, D, eps, scratch), w, D, y + blockIdx.x * ldy);
+  norm_row(x + blockIdx.x * ldx, w, D, eps, y + blockIdx.x * ldy, scratch);
 }
 
 // A pre-norm residual step, one row per block of rms_norm_kernel's size: the sum is written, then normed by the
@@ -1234,18 +1281,30 @@ __global__ void add_norm_kernel(const float* x, const float* f, const float* w, 
   pdl_begin();
   __shared__ float scratch[32];
   const int64_t o = blockIdx.x * D;
+  if (row_held(D)) {
+    float v[kRowRegs];
+#pragma unroll
+    for (int k = 0; k < kRowRegs; k++) {
+      const int64_t i = held_index(k);
+      v[k] = i < D ? __fadd_rn(x[o + i], f[o + i]) : 0.0f;
+      if (i < D) y[o + i] = v[k];
+    }
+    normed_held(v, inv_rms_held(v, D, eps, scratch), w, D, n + o);
+    return;
+  }
   for (int64_t i = threadIdx.x; i < D; i += blockDim.x) y[o + i] = x[o + i] + f[o + i];
   __syncthreads();
   normed_row(y + o, inv_rms(y + o, D, eps, scratch), w, D, n + o);
 }
 
 // One row of a residual norm per block of kNormThreads (see residual_norm_row).
+template <int Held>
 __global__ void add_rms_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
                                     float* y, const float* w2, float* n) {
   pdl_begin();
   __shared__ float scratch[32];
   const int64_t b = blockIdx.x;
-  residual_norm_row(x + b * D, f + b * D, w, D, eps, s, y + b * D, w2, n ? n + b * D : nullptr, scratch);
+  residual_norm_row<Held>(x + b * D, f + b * D, w, D, eps, s, y + b * D, w2, n ? n + b * D : nullptr, scratch);
 }
 
 // rms_norm_kernel over one head row [D] of x [T, H, D], then rope_kernel's rotation of its pairs, in one block (the
@@ -1302,7 +1361,7 @@ __global__ void rms_norm_rope_many_kernel(const NormRopeJob j, const int32_t* po
     float ss = 0.0f;
 #pragma unroll
     for (int k = 0; k < kRowHeld; k++)
-      if (threadIdx.x + k * blockDim.x < D) ss += xv[k] * xv[k];
+      if (threadIdx.x + k * blockDim.x < D) ss = __fmaf_rn(xv[k], xv[k], ss);
     const float inv = 1.0f / sqrtf(block_sum(ss, scratch) / static_cast<float>(D) + j.eps);
     float* out = rope ? row : yr;
 #pragma unroll
@@ -1318,12 +1377,11 @@ __global__ void rms_norm_rope_many_kernel(const NormRopeJob j, const int32_t* po
       if (i < n) rotate(i, sn[k], cs[k]);
     }
   } else {
-    const float inv = inv_rms(xr, D, j.eps, scratch);
     if (!rope) {
-      normed_row(xr, inv, w, D, yr);
+      norm_row(xr, w, D, j.eps, yr, scratch);
       return;
     }
-    normed_row(xr, inv, w, D, row);
+    norm_row(xr, w, D, j.eps, row, scratch);
     __syncthreads();
     const float p = static_cast<float>(pos[b / j.H[g]]);
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
@@ -1356,7 +1414,7 @@ __global__ void latent_entry_kernel(const LatentEntryArgs a) {
     if (slot < 0) return;
     const float* xr = a.kv + t * a.ldkv;
     float* e = a.keys + slot * (a.L + R);
-    normed_row(xr, inv_rms(xr, a.L, a.eps, scratch), a.w, a.L, e);
+    norm_row(xr, a.w, a.L, a.eps, e, scratch);
     for (int64_t i = threadIdx.x; i < a.n; i += blockDim.x) {
       float sn, c;
       sincosf(p * a.inv_freq[i], &sn, &c);
@@ -2352,8 +2410,23 @@ __global__ void combine_rows_kernel(const float* rows, const float* weights, int
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t t = i / D, d = i % D;
     float o = 0.0f;
-    for (int64_t j = 0; j < k; j++) o += weights[t * k + j] * rows[(t * k + j) * D + d];
+    for (int64_t j = 0; j < k; j++) o = __fmaf_rn(weights[t * k + j], rows[(t * k + j) * D + d], o);
     out[i] = o;
+  }
+}
+
+// Row t of combine_rows (each element's sum in combine_rows_kernel's order), held: each expert row's loads for all of
+// a thread's elements go out together.
+__device__ __forceinline__ void combine_held(const float* rows, const float* weights, int64_t t, int64_t k, int64_t D,
+                                             float (&v)[kRowRegs]) {
+#pragma unroll
+  for (int kk = 0; kk < kRowRegs; kk++) v[kk] = 0.0f;
+  for (int64_t j = 0; j < k; j++) {
+    const float wj = weights[t * k + j];
+    const float* r = rows + (t * k + j) * D;
+#pragma unroll
+    for (int kk = 0; kk < kRowRegs; kk++)
+      if (held_index(kk) < D) v[kk] = __fmaf_rn(wj, r[held_index(kk)], v[kk]);
   }
 }
 
@@ -2364,9 +2437,23 @@ __global__ void combine_add_norm_kernel(const float* rows, const float* weights,
   pdl_begin();
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x, o = t * D;
+  if (row_held(D)) {
+    float v[kRowRegs];
+    combine_held(rows, weights, t, k, D, v);
+#pragma unroll
+    for (int kk = 0; kk < kRowRegs; kk++) {
+      const int64_t d = held_index(kk);
+      if (d >= D) continue;
+      const float f = s ? v[kk] + s[o + d] : v[kk];
+      v[kk] = x[o + d] + f;
+      y[o + d] = v[kk];
+    }
+    normed_held(v, inv_rms_held(v, D, eps, scratch), w, D, n + o);
+    return;
+  }
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
     float c = 0.0f;
-    for (int64_t j = 0; j < k; j++) c += weights[t * k + j] * rows[(t * k + j) * D + d];
+    for (int64_t j = 0; j < k; j++) c = __fmaf_rn(weights[t * k + j], rows[(t * k + j) * D + d], c);
     const float f = s ? c + s[o + d] : c;
     y[o + d] = x[o + d] + f;
   }
@@ -2378,6 +2465,7 @@ __global__ void combine_add_norm_kernel(const float* rows, const float* weights,
 // next norm), one block per row of rms_norm_kernel's width: each step with its own kernel's arithmetic (the norms'
 // sums by inv_rms at this width, the residual step by residual_norm_row on the first kNormThreads threads). The
 // combined row and the branches' sum go through tmp [T, 2, D] (residual_norm_row reads its branch from L2).
+template <int Held>
 __global__ void combine_post_norms_kernel(const float* rows, const float* weights, const float* dense, int64_t k,
                                           int64_t D, const float* wa, const float* wb, const float* x, const float* w,
                                           float eps, float s, float* y, const float* w2, float* n, float* tmp) {
@@ -2386,20 +2474,32 @@ __global__ void combine_post_norms_kernel(const float* rows, const float* weight
   const int64_t t = blockIdx.x, o = t * D;
   float* m = tmp + 2 * o;
   float* f = m + D;
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float c = 0.0f;
-    for (int64_t j = 0; j < k; j++) c += weights[t * k + j] * rows[(t * k + j) * D + d];
-    m[d] = c;
+  auto branch = [&](float v, float inv, const float* wt, int64_t d) {
+    return wt ? __fmul_rn(__fmul_rn(v, inv), wt[d]) : __fmul_rn(v, inv);
+  };
+  if (row_held(D)) {
+    float a[kRowRegs], b[kRowRegs];
+    load_held(dense + o, D, a);
+    combine_held(rows, weights, t, k, D, b);
+    const float inv_a = inv_rms_held(a, D, eps, scratch), inv_b = inv_rms_held(b, D, eps, scratch);
+#pragma unroll
+    for (int kk = 0; kk < kRowRegs; kk++) {
+      const int64_t d = held_index(kk);
+      if (d < D) f[d] = __fadd_rn(branch(a[kk], inv_a, wa, d), branch(b[kk], inv_b, wb, d));
+    }
+  } else {
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
+      float c = 0.0f;
+      for (int64_t j = 0; j < k; j++) c = __fmaf_rn(weights[t * k + j], rows[(t * k + j) * D + d], c);
+      m[d] = c;
+    }
+    __syncthreads();
+    const float inv_a = inv_rms(dense + o, D, eps, scratch), inv_b = inv_rms(m, D, eps, scratch);
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
+      f[d] = __fadd_rn(branch(dense[o + d], inv_a, wa, d), branch(m[d], inv_b, wb, d));
   }
   __syncthreads();
-  const float inv_a = inv_rms(dense + o, D, eps, scratch), inv_b = inv_rms(m, D, eps, scratch);
-  for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    const float a = wa ? __fmul_rn(__fmul_rn(dense[o + d], inv_a), wa[d]) : __fmul_rn(dense[o + d], inv_a);
-    const float b = wb ? __fmul_rn(__fmul_rn(m[d], inv_b), wb[d]) : __fmul_rn(m[d], inv_b);
-    f[d] = __fadd_rn(a, b);
-  }
-  __syncthreads();
-  residual_norm_row(x + o, f, w, D, eps, s, y + o, w2, n ? n + o : nullptr, scratch);
+  residual_norm_row<Held>(x + o, f, w, D, eps, s, y + o, w2, n ? n + o : nullptr, scratch);
 }
 
 // rms_norm_kernel's row with several outputs: the row's inverse RMS once, then each y = x·inv (·w) (·s).
@@ -2407,6 +2507,24 @@ __global__ void rms_norm_many_kernel(const float* x, int64_t ldx, int64_t D, flo
   pdl_begin();
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * ldx;
+  if (row_held(D)) {
+    float v[kRowRegs];
+    load_held(xr, D, v);
+    const float inv = inv_rms_held(v, D, eps, scratch);
+    for (int j = 0; j < outs.count; j++) {
+      const float* w = outs.w[j];
+      const float sc = outs.s[j];
+      float* yr = outs.y[j] + blockIdx.x * D;
+#pragma unroll
+      for (int k = 0; k < kRowRegs; k++) {
+        const int64_t i = held_index(k);
+        if (i >= D) continue;
+        const float u = w ? __fmul_rn(__fmul_rn(v[k], inv), w[i]) : __fmul_rn(v[k], inv);
+        yr[i] = sc != 1.0f ? __fmul_rn(u, sc) : u;
+      }
+    }
+    return;
+  }
   const float inv = inv_rms(xr, D, eps, scratch);
   for (int j = 0; j < outs.count; j++) {
     const float* w = outs.w[j];
@@ -2816,17 +2934,27 @@ void rms_norm(const float* x, int64_t ldx, const float* w, int64_t rows, int64_t
   launch(rms_norm_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, ldx, w, D, eps, y, ldy);
 }
 
+// The standalone residual norms (not the GEMV's tail, whose registers are the GEMV's) hold rows of up to 3,072 in
+// registers (Gemma 4 26B-A4B's 2,816, E4B's 2,560); the same bits as the slices they would otherwise take.
+constexpr int kNormHeldLong = 3;
+bool long_norm_row(int64_t D) {
+  return D > kNormThreads * 8 * kNormHeld && D <= kNormThreads * 8 * kNormHeldLong;
+}
+auto add_rms_norm_of(int64_t D) {
+  return long_norm_row(D) ? add_rms_norm_kernel<kNormHeldLong> : add_rms_norm_kernel<kNormHeld>;
+}
+
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
                   float* y, cudaStream_t s) {
   if (rows == 0) return;
-  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y,
+  launch(add_rms_norm_of(D), static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y,
          static_cast<const float*>(nullptr), static_cast<float*>(nullptr));
 }
 
 void add_rms_norm_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps,
                        float scale, float* y, const float* w2, float* n, cudaStream_t s) {
   if (rows == 0) return;
-  launch(add_rms_norm_kernel, static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y, w2, n);
+  launch(add_rms_norm_of(D), static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y, w2, n);
 }
 
 void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t D, float eps, const int32_t* pos,
@@ -3054,7 +3182,8 @@ void combine_post_norms(const float* rows, const float* weights, const float* de
                         const float* w_dense, const float* w_routed, const float* x, const float* w, float eps,
                         float scale, float* y, const float* w2, float* n, float* tmp, cudaStream_t s) {
   if (T * D == 0) return;
-  launch(combine_post_norms_kernel, static_cast<unsigned>(T), D >= 1024 ? 512 : 128, 0, s, rows, weights, dense, k, D,
+  launch(long_norm_row(D) ? combine_post_norms_kernel<kNormHeldLong> : combine_post_norms_kernel<kNormHeld>,
+         static_cast<unsigned>(T), D >= 1024 ? 512 : 128, 0, s, rows, weights, dense, k, D,
          w_dense, w_routed, x, w, eps, scale, y, w2, n, tmp);
 }
 void rms_norm_many(const float* x, int64_t ldx, int64_t rows, int64_t D, float eps, const NormOuts& outs,

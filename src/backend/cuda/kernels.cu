@@ -1266,18 +1266,18 @@ __device__ __forceinline__ int64_t kv_slot(int32_t p, int64_t C, bool ring, int*
   return ring ? p % C : p;
 }
 
-__global__ void rms_norm_kernel(const float* x, int64_t ldx, const float* w, int64_t D, float eps, float* y,
-                                int64_t ldy) {
+__global__ void __launch_bounds__(512) rms_norm_kernel(const float* x, int64_t ldx, const float* w, int64_t D,
+                                                       float eps, float* y, int64_t ldy) {
   pdl_begin();
   __shared__ float scratch[32];
   norm_row(x + blockIdx.x * ldx, w, D, eps, y + blockIdx.x * ldy, scratch);
 }
 
-// A pre-norm residual step, one row per block of rms_norm_kernel's size: the sum is written, then normed by the
-// same functions (each thread reads back the elements it wrote only after the barrier; the sum of squares reads
-// them all), so n has the bits of add then rms_norm.
-__global__ void add_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float* y,
-                                float* n) {
+// A pre-norm residual step, one row per block of rms_norm_kernel's size: the sum is written, then normed by
+// the same functions (each thread reads back the elements it wrote only after the barrier; the sum of squares
+// reads them all), so n has the bits of add then rms_norm.
+__global__ void __launch_bounds__(512) add_norm_kernel(const float* x, const float* f, const float* w,
+                                                       int64_t D, float eps, float* y, float* n) {
   pdl_begin();
   __shared__ float scratch[32];
   const int64_t o = blockIdx.x * D;
@@ -2432,8 +2432,9 @@ __device__ __forceinline__ void combine_held(const float* rows, const float* wei
 
 // combine_rows, the add of s and add_norm in one block per row of add_norm_kernel's width: each element's sum in
 // combine_rows_kernel's order, then + s, then x + that (their bits), and the row normed as add_norm_kernel does.
-__global__ void combine_add_norm_kernel(const float* rows, const float* weights, const float* s, const float* x,
-                                        int64_t k, int64_t D, const float* w, float eps, float* y, float* n) {
+__global__ void __launch_bounds__(512)
+    combine_add_norm_kernel(const float* rows, const float* weights, const float* s, const float* x,
+                            int64_t k, int64_t D, const float* w, float eps, float* y, float* n) {
   pdl_begin();
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x, o = t * D;
@@ -2465,10 +2466,12 @@ __global__ void combine_add_norm_kernel(const float* rows, const float* weights,
 // next norm), one block per row of rms_norm_kernel's width: each step with its own kernel's arithmetic (the norms'
 // sums by inv_rms at this width, the residual step by residual_norm_row on the first kNormThreads threads). The
 // combined row and the branches' sum go through tmp [T, 2, D] (residual_norm_row reads its branch from L2).
+// (512 threads for rows of 1,024 and more: bounded so that its held rows' registers fit a block of them.)
 template <int Held>
-__global__ void combine_post_norms_kernel(const float* rows, const float* weights, const float* dense, int64_t k,
-                                          int64_t D, const float* wa, const float* wb, const float* x, const float* w,
-                                          float eps, float s, float* y, const float* w2, float* n, float* tmp) {
+__global__ void __launch_bounds__(512)
+    combine_post_norms_kernel(const float* rows, const float* weights, const float* dense, int64_t k,
+                              int64_t D, const float* wa, const float* wb, const float* x, const float* w,
+                              float eps, float s, float* y, const float* w2, float* n, float* tmp) {
   pdl_begin();
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x, o = t * D;
@@ -2503,7 +2506,8 @@ __global__ void combine_post_norms_kernel(const float* rows, const float* weight
 }
 
 // rms_norm_kernel's row with several outputs: the row's inverse RMS once, then each y = x·inv (·w) (·s).
-__global__ void rms_norm_many_kernel(const float* x, int64_t ldx, int64_t D, float eps, NormOuts outs) {
+__global__ void __launch_bounds__(512)
+    rms_norm_many_kernel(const float* x, int64_t ldx, int64_t D, float eps, NormOuts outs) {
   pdl_begin();
   __shared__ float scratch[32];
   const float* xr = x + blockIdx.x * ldx;

@@ -26,11 +26,13 @@ import statistics
 
 
 def kernel_lines(source):
-    names, current = {}, None
+    names, current, pending = {}, None, False
     for no, line in enumerate(open(source), 1):
-        # kernels, and the device functions whose body (with its pdl_begin) several kernels share
-        if "__global__" in line or "void gemv_chunks(" in line or "void attention_decode(" in line:
+        # kernels, and the device functions whose body (with its pdl_begin) several kernels share; a kernel's name
+        # may be on the line after `__global__` (after its launch bounds)
+        if pending or "__global__" in line or "void gemv_chunks(" in line or "void attention_decode(" in line:
             called = [n for n in re.findall(r"\b(\w+)\(", line) if not n.startswith("__")]
+            pending = not called and not pending
             if called:
                 current = called[0]
         if "pdl_begin();" in line and current:

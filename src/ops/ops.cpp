@@ -136,6 +136,22 @@ std::vector<Tensor> rms_norm_many(const Tensor& x, float eps, const std::vector<
   be->rms_norm_many(xr, eps, outs);
   return ys;
 }
+ResidualAndNorms add_rms_norm_many(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s,
+                                   const std::vector<NormScale>& norms) {
+  VATIC_CHECK(x.shape() == f.shape(), "add_rms_norm_many: {} and {}", x.describe(), f.describe());
+  ResidualAndNorms r{empty_like(x, x.shape()), {}};
+  Backend* be = &backend_of_all("add_rms_norm_many", x, f, w);
+  r.normed.reserve(norms.size());
+  for (const NormScale& n : norms) {
+    r.normed.push_back(empty_like(x, x.shape()));
+    if (n.w.defined()) be = &backend_of_all("add_rms_norm_many", x, n.w);
+  }
+  std::vector<ScaledNorm> outs;
+  for (size_t i = 0; i < norms.size(); i++)
+    outs.push_back(ScaledNorm{norms[i].w.defined() ? &norms[i].w : nullptr, norms[i].s, &r.normed[i]});
+  be->add_rms_norm_many(contiguous(x), contiguous(f), w.defined() ? &w : nullptr, eps, s, r.residual, outs);
+  return r;
+}
 Tensor add_rms_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s) {
   VATIC_CHECK(x.shape() == f.shape(), "add_rms_norm: {} and {}", x.describe(), f.describe());
   Tensor y = empty_like(x, x.shape());

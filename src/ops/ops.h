@@ -60,6 +60,14 @@ struct NormScale {
   float s = 1.0f;
 };
 std::vector<Tensor> rms_norm_many(const Tensor& x, float eps, const std::vector<NormScale>& norms);
+// {add_rms_norm(x, f, w, eps, s), rms_norm_many of it}: a residual add and several norms of its result in one
+// op (Backend::add_rms_norm_many).
+struct ResidualAndNorms {
+  Tensor residual;
+  std::vector<Tensor> normed;
+};
+ResidualAndNorms add_rms_norm_many(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s,
+                                   const std::vector<NormScale>& norms);
 // rms_norm_rope (rope false: rms_norm) of several [T, H, D] tensors of one T and D in one op (w may be undefined).
 struct NormRopeInput {
   Tensor x, w;

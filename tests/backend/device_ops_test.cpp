@@ -686,10 +686,11 @@ TEST(DeviceOps, LatentEntryAndMixtureResidual) {
   });
 }
 
-// A Gemma 4 mixture layer's norms in two ops: several norms of one row (the router's input and the experts'), and
-// both branches normed, summed, normed again and added to the residual (with the next norm). Each equal bit for bit
-// to the ops it replaces on the same device, and close to the CPU's; widths below 1,024 (a norm block of 128
-// threads), above the fused GEMV's residual row held in registers (2,048), and above every row held (6,144).
+// A Gemma 4 mixture layer's norms in three ops: several norms of one row (the router's input and the
+// experts'), both branches normed, summed, normed again and added to the residual (with the next norm), and
+// the attention's residual add with several norms of its result. Each equal bit for bit to the ops it
+// replaces on the same device, and close to the CPU's; widths below 1,024 (a norm block of 128 threads),
+// above the fused GEMV's residual row held in registers (2,048), and above every row held (6,144).
 TEST(DeviceOps, MixtureNorms) {
   FOR_EACH_DEVICE([](Device dev) {
     Backend& be = backend_for(dev);
@@ -746,6 +747,36 @@ TEST(DeviceOps, MixtureNorms) {
           if (next) {
             expect_close(fused[1], composed[1], 0, "next norm");
             expect_close(fused[1], host[1], 2e-6, "next norm against the CPU");
+          }
+        }
+    // The attention's residual add and the three norms of its result (dense input, router input, experts'
+    // input).
+    for (int64_t D : {int64_t(7), int64_t(1536), int64_t(2816), int64_t(7000)})
+      for (int64_t T : {int64_t(1), int64_t(3)})
+        for (bool weighted : {true, false}) {
+          SCOPED_TRACE(fmt::format("add_rms_norm_many D={} T={} weighted {}", D, T, weighted));
+          const float s = weighted ? 1.0f : 0.75f;
+          Tensor x = random_host({T, D}), f = random_host({T, D}), w = random_host({D}),
+                 w1 = random_host({D}), w2 = random_host({D});
+          auto run = [&](Backend& b, bool host, bool composed) {
+            auto put = [&](const Tensor& t) { return host ? t : on(dev, t); };
+            const Tensor xx = put(x), ff = put(f), ww = put(w), a = put(w1), c = put(w2);
+            std::vector<Tensor> ys = {b.empty({T, D}, DType::F32), b.empty({T, D}, DType::F32),
+                                      b.empty({T, D}, DType::F32), b.empty({T, D}, DType::F32)};
+            const std::vector<ScaledNorm> outs = {
+                {&a, 1.0f, &ys[1]}, {&c, 0.0625f, &ys[2]}, {nullptr, weighted ? 1.0f : 0.5f, &ys[3]}};
+            const Tensor* pw = weighted ? &ww : nullptr;
+            if (composed)
+              b.Backend::add_rms_norm_many(xx, ff, pw, 1e-6f, s, ys[0], outs);
+            else
+              b.add_rms_norm_many(xx, ff, pw, 1e-6f, s, ys[0], outs);
+            return ys;
+          };
+          const std::vector<Tensor> fused = run(be, false, false), composed = run(be, false, true),
+                                    host = run(cpu, true, true);
+          for (size_t i = 0; i < fused.size(); i++) {
+            expect_close(fused[i], composed[i], 0, fmt::format("output {} against the composed ops", i));
+            expect_close(fused[i], host[i], 2e-6, fmt::format("output {} against the CPU", i));
           }
         }
   });
@@ -975,40 +1006,44 @@ TEST(MoeOps, CpuRouteSoftmaxAndGroupedSigmoid) {
 
 TEST(DeviceOps, MixtureOfExperts) {
   FOR_EACH_DEVICE([](Device dev) {
-    for (int bits : {0, 8, 4})
-      for (int64_t per : {1, 4}) {
-        SCOPED_TRACE(fmt::format("bits {} per {}", bits, per));
-        MoeCase c = moe_case(7, per, 6, 33, 128, bits);
-        const int64_t R = c.experts.numel();
-        Tensor want = Tensor::empty({R, 33}, DType::F32);
-        cpu_backend().matmul_experts(c.x, c.w, c.experts, want);
-        Tensor got = backend_for(dev).empty({R, 33}, DType::F32);
-        backend_for(dev).matmul_experts(on(dev, c.x), on(dev, c.w), on(dev, c.experts), got);
-        expect_close(got, want, 2e-5, "matmul_experts");
-        Tensor wts = random_host({7, per});
-        Tensor cw = Tensor::empty({7, 33}, DType::F32);
-        cpu_backend().combine_rows(want, wts, cw);
-        Tensor cg = backend_for(dev).empty({7, 33}, DType::F32);
-        backend_for(dev).combine_rows(got, on(dev, wts), cg);
-        expect_close(cg, cw, 2e-5, "combine_rows");
-        // The gate and up halves of one stacked matrix through the gated op: the composed ops' bits on this device,
-        // and close to the CPU (from a copy of the generator, so that the routing cases' inputs stay as they were).
-        const std::mt19937 kept = rng();
-        MoeCase gu = moe_case(7, per, 6, 66, 128, bits);
-        Backend& be = backend_for(dev);
-        const Linear dgu = on(dev, gu.w);
-        const Tensor dx = on(dev, gu.x), dex = on(dev, gu.experts);
-        for (Unary act : {Unary::Silu, Unary::GeluTanh}) {
-          Tensor fused = be.empty({R, 33}, DType::F32), composed = be.empty({R, 33}, DType::F32);
-          Tensor host = Tensor::empty({R, 33}, DType::F32);
-          be.matmul_experts_gated(dx, dgu.rows(0, 33), dgu.rows(33, 66), dex, act, fused);
-          be.Backend::matmul_experts_gated(dx, dgu.rows(0, 33), dgu.rows(33, 66), dex, act, composed);
-          cpu_backend().matmul_experts_gated(gu.x, gu.w.rows(0, 33), gu.w.rows(33, 66), gu.experts, act, host);
-          expect_close(fused, composed, 0, "matmul_experts_gated against the composed ops");
-          expect_close(fused, host, 2e-5, "matmul_experts_gated against the CPU");
+    // K = 1,440: 180 chunks of 8 inputs, several rounds of a bf16 routed GEMV's chunks for every lane.
+    for (int64_t K : {128, 1440})
+      for (int bits : {0, 8, 4})
+        for (int64_t per : {1, 4}) {
+          SCOPED_TRACE(fmt::format("K {} bits {} per {}", K, bits, per));
+          MoeCase c = moe_case(7, per, 6, 33, K, bits);
+          const int64_t R = c.experts.numel();
+          Tensor want = Tensor::empty({R, 33}, DType::F32);
+          cpu_backend().matmul_experts(c.x, c.w, c.experts, want);
+          Tensor got = backend_for(dev).empty({R, 33}, DType::F32);
+          backend_for(dev).matmul_experts(on(dev, c.x), on(dev, c.w), on(dev, c.experts), got);
+          expect_close(got, want, 2e-5, "matmul_experts");
+          Tensor wts = random_host({7, per});
+          Tensor cw = Tensor::empty({7, 33}, DType::F32);
+          cpu_backend().combine_rows(want, wts, cw);
+          Tensor cg = backend_for(dev).empty({7, 33}, DType::F32);
+          backend_for(dev).combine_rows(got, on(dev, wts), cg);
+          expect_close(cg, cw, 2e-5, "combine_rows");
+          // The gate and up halves of one stacked matrix through the gated op: the composed ops' bits on this
+          // device, and close to the CPU (from a copy of the generator, so that the routing cases' inputs
+          // stay as they were).
+          const std::mt19937 kept = rng();
+          MoeCase gu = moe_case(7, per, 6, 66, K, bits);
+          Backend& be = backend_for(dev);
+          const Linear dgu = on(dev, gu.w);
+          const Tensor dx = on(dev, gu.x), dex = on(dev, gu.experts);
+          for (Unary act : {Unary::Silu, Unary::GeluTanh}) {
+            Tensor fused = be.empty({R, 33}, DType::F32), composed = be.empty({R, 33}, DType::F32);
+            Tensor host = Tensor::empty({R, 33}, DType::F32);
+            be.matmul_experts_gated(dx, dgu.rows(0, 33), dgu.rows(33, 66), dex, act, fused);
+            be.Backend::matmul_experts_gated(dx, dgu.rows(0, 33), dgu.rows(33, 66), dex, act, composed);
+            cpu_backend().matmul_experts_gated(gu.x, gu.w.rows(0, 33), gu.w.rows(33, 66), gu.experts, act,
+                                               host);
+            expect_close(fused, composed, 0, "matmul_experts_gated against the composed ops");
+            expect_close(fused, host, 2e-5, "matmul_experts_gated against the CPU");
+          }
+          rng() = kept;
         }
-        rng() = kept;
-      }
     for (int kind : {0, 1})
       for (int64_t E : {64, 1000}) {  // one-pass ranking, and k rounds for routers of more than 512 experts
         SCOPED_TRACE(fmt::format("route kind {} E {}", kind, E));
@@ -1022,7 +1057,10 @@ TEST(DeviceOps, MixtureOfExperts) {
         p.scale = 1.8f;
         p.groups = kind ? 8 : 1;
         p.groups_kept = kind ? 3 : 1;
-        if (kind) p.bias = &bias; else p.expert_scale = &es;
+        if (kind)
+          p.bias = &bias;
+        else
+          p.expert_scale = &es;
         Tensor ww = Tensor::empty({T, 6}, DType::F32), we = Tensor::empty({T, 6}, DType::I32);
         cpu_backend().route(a, p, ww, we);
         Tensor dbias = on(dev, bias), des = on(dev, es);

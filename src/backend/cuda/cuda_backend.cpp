@@ -276,6 +276,7 @@ class CudaBackend final : public Backend {
     cuda::set_launch_shape(env_int("VATIC_GEMV_WARPS", 0, 1, 1 << 30),
                            env_int("VATIC_ATTENTION_SPLIT_KEYS", 0, 1, 1 << 30),
                            env_int("VATIC_GEMV_DIGITS_MIN", 0, 1, 1 << 30));
+    cuda::set_expert_chunks(env_int("VATIC_EXPERT_CHUNKS", 0, 2, 4));
     // The residual norm of a one-row projection in its own launch after the GEMV, as verification's rows take it,
     // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md).
     fused_norms_ = env_is("VATIC_FUSED_NORMS", "1");
@@ -778,7 +779,7 @@ class CudaBackend final : public Backend {
     bind();
     const Tensor wa = norm_weight(w_dense, D, "combine_post_norms"), wb = norm_weight(w_routed, D, "combine_post_norms"),
                  wf = norm_weight(w, D, "combine_post_norms"), wn = norm_weight(w_next, D, "combine_post_norms");
-    const Tensor tmp = empty({T, 2, D}, DType::F32);
+    const Tensor tmp = empty({T, cuda::combine_post_norms_tmp_floats(D)}, DType::F32);
     cuda::combine_post_norms(rows.data<float>(), weights.data<float>(), dense.data<float>(), T, k, D,
                              w_dense ? wa.data<float>() : nullptr, w_routed ? wb.data<float>() : nullptr,
                              x.data<float>(), w ? wf.data<float>() : nullptr, eps, s, y.data<float>(),
@@ -787,27 +788,55 @@ class CudaBackend final : public Backend {
     check_launch("combine_post_norms");
   }
 
-  void rms_norm_many(const Tensor& x, float eps, const std::vector<ScaledNorm>& outs) override {
-    auto rows = [](const Tensor& t) { return t.is_contiguous() || (t.ndim() == 2 && t.stride(1) == 1); };
-    const int64_t D = x.dim(-1), R = x.numel() / std::max<int64_t>(D, 1);
-    bool fits = rows(x) && x.dtype() == DType::F32 && outs.size() <= cuda::kMaxNormOuts;
+  // Whether rms_norm_many's kernel takes these outputs of x's rows (contiguous F32 of x's shape, none in
+  // place).
+  static bool norm_outs_fit(const Tensor& x, const std::vector<ScaledNorm>& outs) {
+    const int64_t D = x.dim(-1);
+    bool fits = x.dtype() == DType::F32 && outs.size() <= cuda::kMaxNormOuts;
     for (const ScaledNorm& o : outs)
       fits = fits && o.y->is_contiguous() && o.y->dtype() == DType::F32 && o.y->numel() == x.numel() &&
              o.y->dim(-1) == D && o.y->data<float>() != x.data<float>();
-    if (!fits) return Backend::rms_norm_many(x, eps, outs);
-    Timed timed_(*this, "rms_norm_many");
-    bind();
-    std::vector<Tensor> wf;
+    return fits;
+  }
+  // The kernels' form of the outputs (`held` keeps the weights' F32 copies alive).
+  cuda::NormOuts norm_outs(const std::vector<ScaledNorm>& outs, int64_t D, std::vector<Tensor>& held) {
     cuda::NormOuts j;
     for (const ScaledNorm& o : outs) {
-      wf.push_back(norm_weight(o.w, D, "rms_norm_many"));
-      j.w[j.count] = o.w ? wf.back().data<float>() : nullptr;
+      held.push_back(norm_weight(o.w, D, "rms_norm_many"));
+      j.w[j.count] = o.w ? held.back().data<float>() : nullptr;
       j.s[j.count] = o.s;
       j.y[j.count] = o.y->data<float>();
       j.count++;
     }
+    return j;
+  }
+
+  void rms_norm_many(const Tensor& x, float eps, const std::vector<ScaledNorm>& outs) override {
+    const int64_t D = x.dim(-1), R = x.numel() / std::max<int64_t>(D, 1);
+    if (!(x.is_contiguous() || (x.ndim() == 2 && x.stride(1) == 1)) || !norm_outs_fit(x, outs))
+      return Backend::rms_norm_many(x, eps, outs);
+    Timed timed_(*this, "rms_norm_many");
+    bind();
+    std::vector<Tensor> wf;
+    const cuda::NormOuts j = norm_outs(outs, D, wf);
     cuda::rms_norm_many(x.data<float>(), x.is_contiguous() ? D : x.stride(0), R, D, eps, j, stream_);
     check_launch("rms_norm_many");
+  }
+
+  void add_rms_norm_many(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float s,
+                         const Tensor& y, const std::vector<ScaledNorm>& outs) override {
+    const auto [R, D] = residual_rows("add_rms_norm_many", x, f, y, nullptr);
+    bool fits = norm_outs_fit(y, outs);
+    for (const ScaledNorm& o : outs) fits = fits && o.y->data<float>() != x.data<float>();
+    if (!fits) return Backend::add_rms_norm_many(x, f, w, eps, s, y, outs);
+    Timed timed_(*this, "add_rms_norm_many");
+    bind();
+    const Tensor wf = norm_weight(w, D, "add_rms_norm_many");
+    std::vector<Tensor> held;
+    const cuda::NormOuts j = norm_outs(outs, D, held);
+    cuda::add_rms_norm_many(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, R, D, eps, s,
+                            y.data<float>(), j, stream_);
+    check_launch("add_rms_norm_many");
   }
 
   void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) override {

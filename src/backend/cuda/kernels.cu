@@ -213,6 +213,7 @@ int g_group_blocks = 1024;        // attention_group_kernel doubles its split wh
 // 2^25 (below it the digits' launch costs decode more than the GEMV saves). docs/performance.md has the runs.
 int64_t g_digits_min_weights[2] = {int64_t(1) << 21, int64_t(1) << 25};  // [int4, int8]
 int g_split_keys = 16;    // decode attention splits the slots until a split has fewer than twice this many
+int g_expert_chunks = 4;  // bf16 routed GEMVs ask for this many chunks of a row at once (2 or 4)
 
 // A launch with programmatic stream serialization (when on) and, for a `cluster` of more than one block, thread
 // block clusters of that shape.
@@ -1097,15 +1098,67 @@ __global__ void split_bf16x3_kernel(const float* x, int64_t ldx, int64_t T, int6
   }
 }
 
+// Over bf16 rows: Σ_k x[k]·a[k] (and with Two, Σ_k x[k]·b[k] of the up projection's row) by one warp, in
+// row_dot's order (lane l takes the chunks of 8 inputs l, l + 32, ..., each chunk's products summed as row_dot
+// sums them), but U chunks of both rows are asked for at once before any is used:
+// row_dot keeps two of one row in flight and takes a gated pair's rows one after the other, which left the
+// routed GEMVs well below the bandwidth (26B-A4B's gate and up experts at about 60 %).
+template <int U, bool Two>
+__device__ __forceinline__ void expert_dot_bf16(const float* x, const uint4* a, const uint4* b, int64_t K,
+                                                float& sa, float& sb) {
+  const int lane = threadIdx.x & 31;
+  const int64_t chunks = K / 8;
+  sa = 0.0f;
+  sb = 0.0f;
+  for (int64_t c0 = lane; c0 < chunks; c0 += 32 * U) {
+    uint4 qa[U], qb[U];
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t c = c0 + 32 * u;
+      qa[u] = c < chunks ? load_stream(a + c) : make_uint4(0, 0, 0, 0);
+      if constexpr (Two) qb[u] = c < chunks ? load_stream(b + c) : make_uint4(0, 0, 0, 0);
+    }
+#pragma unroll
+    for (int u = 0; u < U; u++) {
+      const int64_t c = c0 + 32 * u;
+      if (c >= chunks) break;
+      const float4* xp = reinterpret_cast<const float4*>(x + c * 8);
+      const float4 p = xp[0], q = xp[1];
+      auto dot8 = [&](const uint4& w) {
+        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
+        float wv[8];
+#pragma unroll
+        for (int j = 0; j < 4; j++) {
+          wv[2 * j] = __uint_as_float(words[j] << 16);
+          wv[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
+        }
+        return p.x * wv[0] + p.y * wv[1] + p.z * wv[2] + p.w * wv[3] + q.x * wv[4] + q.y * wv[5] +
+               q.z * wv[6] + q.w * wv[7];
+      };
+      sa += dot8(qa[u]);
+      if constexpr (Two) sb += dot8(qb[u]);
+    }
+  }
+}
+
+// Whether expert_dot_bf16 reads these rows: bf16, whole 16-byte chunks, x and the rows 16-byte aligned (else
+// row_dot).
+__device__ __forceinline__ bool expert_rows_vec(const float* x, int64_t ldx, const Weight& w, int64_t K) {
+  return w.bits == 0 && w.type == kBF16 && K % 8 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0 &&
+         ldx % 4 == 0 && reinterpret_cast<uintptr_t>(w.data) % 16 == 0 && w.ld % 8 == 0 &&
+         w.expert_stride % 8 == 0;
+}
+
 // One routed row per block row (blockIdx.y), one output row per warp. Each row reads its expert's weights for
 // itself, also where rows of several inputs (a verification's tokens) share an expert: a version that computed
 // them all from one read was slower on the H200 (docs/gpu.md). `distinct` (or null) counts the experts of the
 // launch, each once.
 // Gated: the warp takes row n of both w (the gate) and u (the up projection) and writes act(gate) · up, with the
-// bits of two launches and gated_kernel. Each distinct expert adds `matrices` to `distinct`.
-template <bool Quantized, bool Gated>
-__global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, const int32_t* experts, Weight w,
-                                    Weight u, int act, int64_t N, int64_t K, float* y, int64_t ldy,
+// bits of two launches and gated_kernel. Each distinct expert adds `matrices` to `distinct`. Bf16 rows take
+// expert_dot_bf16 (U chunks at once), other rows row_dot.
+template <bool Quantized, bool Gated, int U>
+__global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, const int32_t* experts,
+                                    Weight w, Weight u, int act, int64_t N, int64_t K, float* y, int64_t ldy,
                                     unsigned long long* distinct, unsigned long long matrices) {
   pdl_begin();
   const int64_t n = static_cast<int64_t>(blockIdx.x) * kRowsPerBlock + (threadIdx.x >> 5);
@@ -1118,6 +1171,19 @@ __global__ void gemv_experts_kernel(const float* x, int64_t ldx, int64_t per, co
   if (n >= N) return;
   const int64_t e = experts[r];
   const float* xr = x + (r / per) * ldx;
+  if (!Quantized && expert_rows_vec(x, ldx, w, K) && (!Gated || expert_rows_vec(x, ldx, u, K))) {
+    float v, v2;
+    expert_dot_bf16<U, Gated>(xr, static_cast<const uint4*>(weight_row(w, e, n)),
+                              static_cast<const uint4*>(weight_row(u, e, n)), K, v, v2);
+    v = warp_sum(v);
+    if constexpr (Gated) {
+      v2 = warp_sum(v2);
+      if ((threadIdx.x & 31) == 0) y[r * ldy + n] = activate(act, v) * v2;
+    } else {
+      if ((threadIdx.x & 31) == 0) y[r * ldy + n] = v;
+    }
+    return;
+  }
   float acc[1];
   row_dot<1, Quantized>(xr, ldx, 1, w, weight_row(w, e, n), scale_row(w, w.scales, e, n),
                         scale_row(w, w.biases, e, n), K, acc, 0, 1);
@@ -1223,15 +1289,18 @@ __device__ __forceinline__ float inv_rms_held(const float (&v)[kRowRegs], int64_
 #pragma unroll
   for (int k = 0; k < kRowRegs; k++)
     if (held_index(k) < D) ss = __fmaf_rn(v[k], v[k], ss);
-  return 1.0f / sqrtf(block_sum(ss, scratch) / static_cast<float>(D) + eps);
+  ss = block_sum(ss, scratch);
+  return 1.0f / sqrtf(ss / static_cast<float>(D) + eps);
 }
-// y = x · inv (· w) from a held row: normed_row's products.
+// y = x · inv (· w) (· sc) from a held row: normed_row's products, then the scale (rms_norm_many's outputs).
 __device__ __forceinline__ void normed_held(const float (&v)[kRowRegs], float inv, const float* w, int64_t D,
-                                            float* y) {
+                                            float* y, float sc = 1.0f) {
 #pragma unroll
   for (int k = 0; k < kRowRegs; k++) {
     const int64_t i = held_index(k);
-    if (i < D) y[i] = w ? v[k] * inv * w[i] : v[k] * inv;
+    if (i >= D) continue;
+    const float u = w ? __fmul_rn(__fmul_rn(v[k], inv), w[i]) : __fmul_rn(v[k], inv);
+    y[i] = sc != 1.0f ? __fmul_rn(u, sc) : u;
   }
 }
 // y = rms_norm(x)·(w or 1), one row of D by the whole block: held where it fits (its weights asked for before the
@@ -2402,21 +2471,27 @@ __global__ void forget_positions_kernel(int32_t* slot_pos, int64_t C, int64_t n)
     if (slot_pos[i] >= n) slot_pos[i] = -1;
 }
 
+// Element d of row t of combine_rows: Σ_j weights[t, j] · rows[t·k + j, d], j ascending, each step one FMA.
+// Every combine kernel sums in this order (combine_held too, with its loops the other way round), so that the
+// fused kernels keep combine_rows' bits.
+__device__ __forceinline__ float combined(const float* rows, const float* weights, int64_t t, int64_t k,
+                                          int64_t D, int64_t d) {
+  float c = 0.0f;
+  for (int64_t j = 0; j < k; j++) c = __fmaf_rn(weights[t * k + j], rows[(t * k + j) * D + d], c);
+  return c;
+}
+
 __global__ void combine_rows_kernel(const float* rows, const float* weights, int64_t T, int64_t k, int64_t D,
                                     float* out) {
   pdl_begin();
   const int64_t total = T * D;
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < total;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    const int64_t t = i / D, d = i % D;
-    float o = 0.0f;
-    for (int64_t j = 0; j < k; j++) o = __fmaf_rn(weights[t * k + j], rows[(t * k + j) * D + d], o);
-    out[i] = o;
-  }
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    out[i] = combined(rows, weights, i / D, k, D, i % D);
 }
 
-// Row t of combine_rows (each element's sum in combine_rows_kernel's order), held: each expert row's loads for all of
-// a thread's elements go out together.
+// Row t of combine_rows held: `combined` for each of a thread's elements, the experts' rows in the outer loop
+// so that each one's loads for all of the elements go out together.
 __device__ __forceinline__ void combine_held(const float* rows, const float* weights, int64_t t, int64_t k, int64_t D,
                                              float (&v)[kRowRegs]) {
 #pragma unroll
@@ -2453,8 +2528,7 @@ __global__ void __launch_bounds__(512)
     return;
   }
   for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-    float c = 0.0f;
-    for (int64_t j = 0; j < k; j++) c = __fmaf_rn(weights[t * k + j], rows[(t * k + j) * D + d], c);
+    const float c = combined(rows, weights, t, k, D, d);
     const float f = s ? c + s[o + d] : c;
     y[o + d] = x[o + d] + f;
   }
@@ -2462,11 +2536,12 @@ __global__ void __launch_bounds__(512)
   normed_row(y + o, inv_rms(y + o, D, eps, scratch), w, D, n + o);
 }
 
-// combine_rows, rms_norm of the combined row and of the dense branch, their add, then add_rms_norm (and with n the
-// next norm), one block per row of rms_norm_kernel's width: each step with its own kernel's arithmetic (the norms'
-// sums by inv_rms at this width, the residual step by residual_norm_row on the first kNormThreads threads). The
-// combined row and the branches' sum go through tmp [T, 2, D] (residual_norm_row reads its branch from L2).
-// (512 threads for rows of 1,024 and more: bounded so that its held rows' registers fit a block of them.)
+// combine_rows, rms_norm of the combined row and of the dense branch, their add, then add_rms_norm (and with
+// n the next norm), one block per row of rms_norm_kernel's width: each step with its own kernel's arithmetic
+// (the norms' sums by inv_rms at this width, the residual step by residual_norm_row on the first kNormThreads
+// threads). The branches' sum goes through tmp (residual_norm_row reads its branch from L2), and for rows too
+// long to be held the combined row before it: tmp is [T, combine_post_norms_tmp_floats(D)]. (512 threads for
+// rows of 1,024 and more: bounded so that its held rows' registers fit a block of them.)
 template <int Held>
 __global__ void __launch_bounds__(512)
     combine_post_norms_kernel(const float* rows, const float* weights, const float* dense, int64_t k,
@@ -2475,12 +2550,13 @@ __global__ void __launch_bounds__(512)
   pdl_begin();
   __shared__ float scratch[32];
   const int64_t t = blockIdx.x, o = t * D;
-  float* m = tmp + 2 * o;
-  float* f = m + D;
+  const bool held = row_held(D);
+  float* m = tmp + t * (held ? D : 2 * D);  // the combined row (rows not held)
+  float* f = held ? m : m + D;
   auto branch = [&](float v, float inv, const float* wt, int64_t d) {
     return wt ? __fmul_rn(__fmul_rn(v, inv), wt[d]) : __fmul_rn(v, inv);
   };
-  if (row_held(D)) {
+  if (held) {
     float a[kRowRegs], b[kRowRegs];
     load_held(dense + o, D, a);
     combine_held(rows, weights, t, k, D, b);
@@ -2491,11 +2567,7 @@ __global__ void __launch_bounds__(512)
       if (d < D) f[d] = __fadd_rn(branch(a[kk], inv_a, wa, d), branch(b[kk], inv_b, wb, d));
     }
   } else {
-    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) {
-      float c = 0.0f;
-      for (int64_t j = 0; j < k; j++) c = __fmaf_rn(weights[t * k + j], rows[(t * k + j) * D + d], c);
-      m[d] = c;
-    }
+    for (int64_t d = threadIdx.x; d < D; d += blockDim.x) m[d] = combined(rows, weights, t, k, D, d);
     __syncthreads();
     const float inv_a = inv_rms(dense + o, D, eps, scratch), inv_b = inv_rms(m, D, eps, scratch);
     for (int64_t d = threadIdx.x; d < D; d += blockDim.x)
@@ -2505,28 +2577,16 @@ __global__ void __launch_bounds__(512)
   residual_norm_row<Held>(x + o, f, w, D, eps, s, y + o, w2, n ? n + o : nullptr, scratch);
 }
 
-// rms_norm_kernel's row with several outputs: the row's inverse RMS once, then each y = x·inv (·w) (·s).
-__global__ void __launch_bounds__(512)
-    rms_norm_many_kernel(const float* x, int64_t ldx, int64_t D, float eps, NormOuts outs) {
-  pdl_begin();
-  __shared__ float scratch[32];
-  const float* xr = x + blockIdx.x * ldx;
+// rms_norm_kernel's row with several outputs: the row's inverse RMS once, then each y = x·inv (·w) (·s), row
+// blockIdx.x of each output. By the whole block (of rms_norm_many_threads).
+__device__ __forceinline__ void norm_many_row(const float* xr, int64_t D, float eps, const NormOuts& outs,
+                                              float* scratch) {
   if (row_held(D)) {
     float v[kRowRegs];
     load_held(xr, D, v);
     const float inv = inv_rms_held(v, D, eps, scratch);
-    for (int j = 0; j < outs.count; j++) {
-      const float* w = outs.w[j];
-      const float sc = outs.s[j];
-      float* yr = outs.y[j] + blockIdx.x * D;
-#pragma unroll
-      for (int k = 0; k < kRowRegs; k++) {
-        const int64_t i = held_index(k);
-        if (i >= D) continue;
-        const float u = w ? __fmul_rn(__fmul_rn(v[k], inv), w[i]) : __fmul_rn(v[k], inv);
-        yr[i] = sc != 1.0f ? __fmul_rn(u, sc) : u;
-      }
-    }
+    for (int j = 0; j < outs.count; j++)
+      normed_held(v, inv, outs.w[j], D, outs.y[j] + blockIdx.x * D, outs.s[j]);
     return;
   }
   const float inv = inv_rms(xr, D, eps, scratch);
@@ -2539,6 +2599,28 @@ __global__ void __launch_bounds__(512)
       yr[i] = sc != 1.0f ? __fmul_rn(v, sc) : v;
     }
   }
+}
+
+__global__ void __launch_bounds__(512)
+    rms_norm_many_kernel(const float* x, int64_t ldx, int64_t D, float eps, NormOuts outs) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  norm_many_row(x + blockIdx.x * ldx, D, eps, outs, scratch);
+}
+
+// add_rms_norm_kernel's residual step (on the first kNormThreads threads), then rms_norm_many_kernel's norms
+// of the row it wrote (read back after the barrier), one row per block of rms_norm_many_kernel's width: their
+// bits.
+template <int Held>
+__global__ void __launch_bounds__(512)
+    add_rms_norm_many_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
+                             float* y, NormOuts outs) {
+  pdl_begin();
+  __shared__ float scratch[32];
+  const int64_t o = blockIdx.x * D;
+  residual_norm_row<Held>(x + o, f + o, w, D, eps, s, y + o, nullptr, nullptr, scratch);
+  __syncthreads();
+  norm_many_row(y + o, D, eps, outs, scratch);
 }
 
 constexpr int64_t kRouteRankExperts = 512;  // routers up to this many experts rank them in one pass
@@ -2661,6 +2743,9 @@ bool set_kernel_trace(unsigned long long* records, unsigned capacity) {
   return cudaMemcpyToSymbol(c_trace, &records, sizeof(records)) == cudaSuccess &&
          cudaMemcpyToSymbol(c_trace_cap, &capacity, sizeof(capacity)) == cudaSuccess &&
          cudaMemcpyToSymbol(g_trace_next, &zero, sizeof(zero)) == cudaSuccess;
+}
+void set_expert_chunks(int chunks) {
+  if (chunks == 2 || chunks == 4) g_expert_chunks = chunks;
 }
 void set_launch_shape(int gemv_warps, int split_keys, int64_t digits_min_weights) {
   if (gemv_warps > 0) g_gemv_warps = gemv_warps;
@@ -2899,8 +2984,10 @@ bool gemv_many(const float* x, int64_t ldx, int T, int count, const Weight* w, c
 void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* experts, int64_t R, const Weight& w,
                   int64_t N, int64_t K, float* y, int64_t ldy, unsigned long long* distinct, cudaStream_t s,
                   const Weight* up, int act, int matrices) {
-  auto kernel = up ? (w.bits ? gemv_experts_kernel<true, true> : gemv_experts_kernel<false, true>)
-                   : (w.bits ? gemv_experts_kernel<true, false> : gemv_experts_kernel<false, false>);
+  auto kernel = w.bits ? (up ? gemv_experts_kernel<true, true, 1> : gemv_experts_kernel<true, false, 1>)
+                : g_expert_chunks == 2
+                    ? (up ? gemv_experts_kernel<false, true, 2> : gemv_experts_kernel<false, false, 2>)
+                    : (up ? gemv_experts_kernel<false, true, 4> : gemv_experts_kernel<false, false, 4>);
   const Weight u = up ? *up : w;
   const int64_t chunk = (65535 / per) * per;  // whole input rows per launch (grid.y is at most 65535)
   for (int64_t r0 = 0; r0 < R; r0 += chunk) {
@@ -2999,11 +3086,13 @@ void rope(float* x, int64_t T, int64_t H, int64_t D, int64_t sT, int64_t sH, con
 
 int attention_decode_width(const AttentionArgs& a);
 
-// Decode attention over a short run of slots takes the cluster kernel: the splits (up to kClusterSplits, a power of
-// two, enough for one batch of keys each where the slots allow) merge through distributed shared memory. Its warps
-// per block come from the heads (16 for up to 8 query heads, else 8, so that a step's blocks fit the GPU at once),
-// and it is chosen when no split takes more than three batches. Like the split, this depends on the heads and the
-// slots only. Returns the splits, or 0 when the kernel does not apply.
+// Decode attention over a short run of slots takes the cluster kernel: the splits (up to kClusterSplits, a
+// power of two, enough for one batch of keys each where the slots allow) merge through distributed shared
+// memory. Its warps per block come from the heads (16 for up to 8 query heads, else 8, so that a step's
+// blocks fit the GPU at once; 16 for 26B-A4B's 16 heads, whose sliding window of 1,024 then takes this
+// kernel, was slower: 23.9 against 20.8 us a layer on an H100), and it is chosen when no split takes more
+// than three batches. Like the split, this depends on the heads and the slots only. Returns the splits, or 0
+// when the kernel does not apply.
 int attention_cluster_warps(const AttentionArgs& a) { return a.Hq <= 8 ? 16 : 8; }
 int attention_cluster_splits(const AttentionArgs& a) {
   const int n = attention_decode_width(a);
@@ -3182,18 +3271,34 @@ void combine_add_norm(const float* rows, const float* weights, const float* shar
   launch(combine_add_norm_kernel, static_cast<unsigned>(T), D >= 1024 ? 512 : 128, 0, s, rows, weights, shared, x, k,
          D, w, eps, y, n);
 }
+static int combine_post_norms_threads(int64_t D) {
+  return D >= 1024 ? 512 : 128;
+}
+int64_t combine_post_norms_tmp_floats(int64_t D) {
+  return D <= kRowRegs * combine_post_norms_threads(D) ? D : 2 * D;
+}
 void combine_post_norms(const float* rows, const float* weights, const float* dense, int64_t T, int64_t k, int64_t D,
                         const float* w_dense, const float* w_routed, const float* x, const float* w, float eps,
                         float scale, float* y, const float* w2, float* n, float* tmp, cudaStream_t s) {
   if (T * D == 0) return;
   launch(long_norm_row(D) ? combine_post_norms_kernel<kNormHeldLong> : combine_post_norms_kernel<kNormHeld>,
-         static_cast<unsigned>(T), D >= 1024 ? 512 : 128, 0, s, rows, weights, dense, k, D,
-         w_dense, w_routed, x, w, eps, scale, y, w2, n, tmp);
+         static_cast<unsigned>(T), combine_post_norms_threads(D), 0, s, rows, weights, dense, k, D, w_dense,
+         w_routed, x, w, eps, scale, y, w2, n, tmp);
+}
+static int rms_norm_many_threads(int64_t D) {
+  return D >= 1024 ? 512 : 128;
 }
 void rms_norm_many(const float* x, int64_t ldx, int64_t rows, int64_t D, float eps, const NormOuts& outs,
                    cudaStream_t s) {
   if (rows == 0) return;
-  launch(rms_norm_many_kernel, static_cast<unsigned>(rows), D >= 1024 ? 512 : 128, 0, s, x, ldx, D, eps, outs);
+  launch(rms_norm_many_kernel, static_cast<unsigned>(rows), rms_norm_many_threads(D), 0, s, x, ldx, D, eps,
+         outs);
+}
+void add_rms_norm_many(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps,
+                       float scale, float* y, const NormOuts& outs, cudaStream_t s) {
+  if (rows == 0) return;
+  launch(long_norm_row(D) ? add_rms_norm_many_kernel<kNormHeldLong> : add_rms_norm_many_kernel<kNormHeld>,
+         static_cast<unsigned>(rows), rms_norm_many_threads(D), 0, s, x, f, w, D, eps, scale, y, outs);
 }
 void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n, int32_t* out, int* bad,
                  cudaStream_t s) {

@@ -61,6 +61,9 @@ void set_group_attention(bool on, int blocks = 0);
 // row's K, the fewest slots per split of decode attention, and the fewest weights of a quantized GEMV launch that
 // reads the input's digits.
 void set_launch_shape(int gemv_warps, int split_keys, int64_t digits_min_weights = 0);
+// For measurements: the chunks of a row a bf16 routed-expert GEMV asks for at once (2 or 4, default 4; other
+// values keep it; the same bits either way).
+void set_expert_chunks(int chunks);
 // Kernel trace for measurements: every launch from now on writes (source line of its pdl_begin << 32 | grid
 // width, global timer ns) to records[2i], records[2i + 1] (device-visible host memory) for its first `capacity`
 // launches. False where the device refused.
@@ -139,6 +142,9 @@ struct NormOuts {
 };
 void rms_norm_many(const float* x, int64_t ldx, int64_t rows, int64_t D, float eps, const NormOuts& outs,
                    cudaStream_t s);
+// add_rms_norm, then rms_norm_many of y (rows of D, y contiguous), in one launch with the bits of those two.
+void add_rms_norm_many(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps,
+                       float scale, float* y, const NormOuts& outs, cudaStream_t s);
 // y = (x + rms_norm(f)·w) · scale over rows of D.
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
                   float* y, cudaStream_t s);
@@ -245,8 +251,11 @@ void combine_rows(const float* rows, const float* weights, int64_t T, int64_t k,
 // bits of combine_rows, add and add_norm.
 void combine_add_norm(const float* rows, const float* weights, const float* shared, const float* x, int64_t T,
                       int64_t k, int64_t D, const float* w, float eps, float* y, float* n, cudaStream_t s);
-// combine_rows, then y = add_rms_norm(x, rms_norm(dense)·w_dense + rms_norm(combined)·w_routed) with w and scale
-// (and with n, n = rms_norm(y)·w2) in one launch, with the bits of those kernels; tmp holds [T, 2, D] floats.
+// combine_rows, then y = add_rms_norm(x, rms_norm(dense)·w_dense + rms_norm(combined)·w_routed) with w and
+// scale (and with n, n = rms_norm(y)·w2) in one launch, with the bits of those kernels. tmp holds
+// [T, combine_post_norms_tmp_floats(D)] floats: the branches' sum, and the combined row where a row is too
+// long to be held in registers.
+int64_t combine_post_norms_tmp_floats(int64_t D);
 void combine_post_norms(const float* rows, const float* weights, const float* dense, int64_t T, int64_t k, int64_t D,
                         const float* w_dense, const float* w_routed, const float* x, const float* w, float eps,
                         float scale, float* y, const float* w2, float* n, float* tmp, cudaStream_t s);

@@ -162,19 +162,23 @@ Tensor Gemma4Model::attention_block(int i, const Tensor& a, const Tensor& positi
   return ops::attention(q, kv.keys(), kv.values(), positions, kv.positions(), ap).reshape({T, nh * d});
 }
 
-Gemma4Model::MoeBranches Gemma4Model::moe_branches(const Gemma4Layer& l, const Tensor& r, const Tensor& r_normed) {
+ops::ResidualAndNorms Gemma4Model::moe_inputs(const Gemma4Layer& l, const Tensor& x, const Tensor& attn_out) {
   const float eps = static_cast<float>(cfg_.rms_norm_eps);
-  const int64_t H = cfg_.hidden_size, MI = cfg_.moe_intermediate_size;
-  Tensor dense = mlp(l, r_normed);
-  // Two norms of the raw residual in one op: the router's (weight-less, times its learned scale, times H^-1/2:
-  // the scale taken as the norm's weight gives the same products) and the experts' input norm.
-  const std::vector<Tensor> n =
-      ops::rms_norm_many(r, eps, {{l.router_scale, 1.0f / std::sqrt(float(H))}, {l.pre_ff_ln2, 1.0f}});
+  const float router_scale = 1.0f / std::sqrt(static_cast<float>(cfg_.hidden_size));
+  // The router's norm is weight-less, times its learned scale, times H^-1/2: the scale taken as the norm's
+  // weight gives the same products.
+  return ops::add_rms_norm_many(x, attn_out, l.post_attn_ln, eps, 1.0f,
+                                {{l.pre_ff_ln, 1.0f}, {l.router_scale, router_scale}, {l.pre_ff_ln2, 1.0f}});
+}
+
+Gemma4Model::MoeBranches Gemma4Model::moe_branches(const Gemma4Layer& l, const std::vector<Tensor>& in) {
+  const int64_t MI = cfg_.moe_intermediate_size;
+  Tensor dense = mlp(l, in[0]);
   Tensor weights, experts;
-  blocks::route_experts(ops::matmul(n[0], l.router), l.routing, &weights, &experts);
+  blocks::route_experts(ops::matmul(in[1], l.router), l.routing, &weights, &experts);
   // The gate and up halves of each routed row in one op, [T·K, MI].
-  Tensor act = ops::matmul_experts_gated(n[1], l.experts_gate_up.rows(0, MI), l.experts_gate_up.rows(MI, 2 * MI),
-                                         experts, Unary::GeluTanh);
+  Tensor act = ops::matmul_experts_gated(in[2], l.experts_gate_up.rows(0, MI),
+                                         l.experts_gate_up.rows(MI, 2 * MI), experts, Unary::GeluTanh);
   return {dense, {ops::matmul_experts(act, l.experts_down, experts), weights}};
 }
 
@@ -214,23 +218,28 @@ ForwardResult Gemma4Model::forward_eager(KvState& st, const std::vector<int32_t>
   // residual add after it.
   for (int i = 0; i < cfg_.num_layers; i++) {
     const auto& l = layers_[i];
-    auto a = ops::matmul_add_rms_norm_norm(attention_block(i, xn, positions, st), l.o, x, l.post_attn_ln, eps, 1.0f,
-                                           l.pre_ff_ln);
-    x = a.residual;
+    const Tensor attn = attention_block(i, xn, positions, st);
     const Tensor& next = i + 1 < cfg_.num_layers ? layers_[i + 1].input_ln : final_norm_;
     // The layer's last residual add (the feed-forward's, or the per-layer input's after it) also applies its scalar.
     ops::ResidualAndNorm o;
     if (cfg_.enable_moe_block) {
-      // Both branches normed, summed, normed again and added to the residual (with the next norm) in one op.
-      const MoeBranches m = moe_branches(l, x, a.normed);
+      // The attention's residual add with the three norms of its result that the branches take, in one op; at
+      // the end both branches normed, summed, normed again and added to the residual (with the next norm) in
+      // one op.
+      const ops::ResidualAndNorms a = moe_inputs(l, x, ops::matmul(attn, l.o));
+      x = a.residual;
+      const MoeBranches m = moe_branches(l, a.normed);
       o = ops::combine_post_norms(m.routed.rows, m.routed.weights, m.dense, l.post_ff_ln1, l.post_ff_ln2, x,
                                   l.post_ff_ln, eps, ple.defined() ? 1.0f : l.layer_scalar, !ple.defined(), next);
       if (ple.defined()) x = o.residual;
-    } else if (ple.defined()) {
-      x = ops::matmul_add_rms_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps);
     } else {
-      o = ops::matmul_add_rms_norm_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps, l.layer_scalar,
-                                        next);
+      auto a = ops::matmul_add_rms_norm_norm(attn, l.o, x, l.post_attn_ln, eps, 1.0f, l.pre_ff_ln);
+      x = a.residual;
+      if (ple.defined())
+        x = ops::matmul_add_rms_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps);
+      else
+        o = ops::matmul_add_rms_norm_norm(mlp_hidden(l, a.normed), l.down, x, l.post_ff_ln, eps,
+                                          l.layer_scalar, next);
     }
     if (ple.defined())
       o = ops::matmul_add_rms_norm_norm(ops::matmul_gated(x, l.ple_gate, ple.select(0, i), Unary::GeluTanh),

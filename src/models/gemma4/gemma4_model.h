@@ -9,8 +9,9 @@
 #include "models/forward_graphs.h"
 #include "models/gemma4/gemma4_config.h"
 #include "models/kv_state.h"
-#include "models/weights.h"
 #include "models/model.h"
+#include "models/weights.h"
+#include "ops/ops.h"
 
 namespace vatic {
 
@@ -63,14 +64,16 @@ class Gemma4Model final : public LanguageModel {
   // The attention heads' output [T, heads · head_dim], before the output projection (which goes with the residual
   // add that follows it).
   Tensor attention_block(int i, const Tensor& a, const Tensor& positions, KvState& st);
-  // The mixture layer's two branches before their norms: the dense MLP's output and each token's routed rows with
-  // their weights (ops::combine_post_norms ends the layer). r: the residual; r_normed: r under the feed-forward's
-  // input norm.
+  // A mixture layer's residual after its attention (x plus the normed attention output) and the three norms
+  // of it that the branches take: the dense MLP's input, the router's input and the experts' input.
+  ops::ResidualAndNorms moe_inputs(const Gemma4Layer& l, const Tensor& x, const Tensor& attn_out);
+  // The mixture layer's two branches before their norms, from moe_inputs' norms: the dense MLP's output and
+  // each token's routed rows with their weights (ops::combine_post_norms ends the layer).
   struct MoeBranches {
     Tensor dense;
     blocks::RoutedRows routed;
   };
-  MoeBranches moe_branches(const Gemma4Layer& l, const Tensor& r, const Tensor& r_normed);
+  MoeBranches moe_branches(const Gemma4Layer& l, const std::vector<Tensor>& in);
   Tensor per_layer_inputs(const Tensor& ids, const Tensor& x0);  // [T, L, P]
 
   Gemma4TextConfig cfg_;

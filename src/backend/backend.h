@@ -224,17 +224,13 @@ class Backend {
       if (o.s != 1.0f) scale(*o.y, o.s, *o.y);
     }
   }
-  // add_rms_norm, then several norms of its result y, each as add_rms_norm_norm's next norm, times its scale (a
-  // mixture layer's dense input, router input and experts' input): one op so that an accelerator does the residual
-  // step and every norm in one pass, with their bits. The default runs add_rms_norm_norm for each output (writing
-  // the same y each time) and scale.
+  // add_rms_norm, then several norms of its result y (a mixture layer's dense input, router input and
+  // experts' input): one op so that an accelerator does the residual step and the norms in one pass, with
+  // their bits; the default runs add_rms_norm and rms_norm_many.
   virtual void add_rms_norm_many(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float s,
                                  const Tensor& y, const std::vector<ScaledNorm>& outs) {
-    if (outs.empty()) return add_rms_norm(x, f, w, eps, s, y);
-    for (const ScaledNorm& o : outs) {
-      add_rms_norm_norm(x, f, w, eps, s, y, o.w, *o.y);
-      if (o.s != 1.0f) scale(*o.y, o.s, *o.y);
-    }
+    add_rms_norm(x, f, w, eps, s, y);
+    rms_norm_many(y, eps, outs);
   }
   // The end of a mixture layer with norms after both branches (Gemma 4): f = rms_norm(dense)·w_dense +
   // rms_norm(combine_rows(rows, weights))·w_routed, then add_rms_norm (n null) or add_rms_norm_norm (into n) of x

@@ -466,17 +466,9 @@ __device__ __forceinline__ float inv_rms_of(float ss, float Df, float eps, float
   return __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(block_sum(ss, scratch), Df), eps)));
 }
 
-// Output j of `more`: its element i of y · inv2 (· w_j) (· s_j), as the second norm n and then a scale would give it.
-__device__ __forceinline__ void more_norm(const NormOuts& more, int j, int64_t i, float yv, float inv2) {
-  const float* wj = more.w[j];
-  const float v = wj ? __fmul_rn(__fmul_rn(yv, inv2), wj[i]) : __fmul_rn(yv, inv2);
-  more.y[j][i] = more.s[j] != 1.0f ? __fmul_rn(v, more.s[j]) : v;
-}
-
 template <int Held = kNormHeld>
 __device__ void residual_norm_row(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
-                                  float* y, const float* w2, float* n, float* scratch,
-                                  const NormOuts* more = nullptr) {
+                                  float* y, const float* w2, float* n, float* scratch) {
   // Rounded intrinsics throughout: the compiler contracts nothing, whichever kernel this is inlined into.
   constexpr int U = 8;
   const bool in = threadIdx.x < kNormThreads;
@@ -520,16 +512,14 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
           ss2 = __fadd_rn(ss2, __fmul_rn(v, v));
         }
       }
-    if (!n && !more) return;
+    if (!n) return;
     const float inv2 = inv_rms_of(ss2, Df, eps, scratch);
 #pragma unroll
     for (int h = 0; h < Held; h++)
 #pragma unroll
       for (int u = 0; u < U; u++) {
         const int64_t i = threadIdx.x + (h * U + u) * kNormThreads;
-        if (!in || i >= D) continue;
-        if (n) n[i] = w2 ? __fmul_rn(__fmul_rn(xv[h][u], inv2), w2v[h][u]) : __fmul_rn(xv[h][u], inv2);
-        for (int j = 0; more && j < more->count; j++) more_norm(*more, j, i, xv[h][u], inv2);
+        if (in && i < D) n[i] = w2 ? __fmul_rn(__fmul_rn(xv[h][u], inv2), w2v[h][u]) : __fmul_rn(xv[h][u], inv2);
       }
     return;
   }
@@ -564,7 +554,7 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
       ss2 = __fadd_rn(ss2, __fmul_rn(v, v));
     }
   }
-  if (!n && !more) return;
+  if (!n) return;
   const float inv2 = inv_rms_of(ss2, Df, eps, scratch);
   for (int64_t i0 = threadIdx.x; in && i0 < D; i0 += kNormThreads * U) {
     float yv[U], wv[U];
@@ -577,9 +567,7 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int64_t i = i0 + u * kNormThreads;
-      if (i >= D) continue;
-      if (n) n[i] = w2 ? __fmul_rn(__fmul_rn(yv[u], inv2), wv[u]) : __fmul_rn(yv[u], inv2);
-      for (int j = 0; more && j < more->count; j++) more_norm(*more, j, i, yv[u], inv2);
+      if (i < D) n[i] = w2 ? __fmul_rn(__fmul_rn(yv[u], inv2), wv[u]) : __fmul_rn(yv[u], inv2);
     }
   }
 }
@@ -2620,17 +2608,19 @@ __global__ void __launch_bounds__(512)
   norm_many_row(x + blockIdx.x * ldx, D, eps, outs, scratch);
 }
 
-// add_rms_norm_kernel's residual step with several second norms, one row per block of its width: output j has
-// the bits of add_rms_norm_norm with w_j as the next norm's weight, then a scale by s_j (the row held in registers
-// from the residual add to the last norm).
+// add_rms_norm_kernel's residual step (on the first kNormThreads threads), then rms_norm_many_kernel's norms
+// of the row it wrote (read back after the barrier), one row per block of rms_norm_many_kernel's width: their
+// bits.
 template <int Held>
-__global__ void add_rms_norm_many_kernel(const float* x, const float* f, const float* w, int64_t D, float eps,
-                                         float s, float* y, NormOuts outs) {
+__global__ void __launch_bounds__(512)
+    add_rms_norm_many_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
+                             float* y, NormOuts outs) {
   pdl_begin();
   __shared__ float scratch[32];
   const int64_t o = blockIdx.x * D;
-  for (int j = 0; j < outs.count; j++) outs.y[j] += o;
-  residual_norm_row<Held>(x + o, f + o, w, D, eps, s, y + o, nullptr, nullptr, scratch, &outs);
+  residual_norm_row<Held>(x + o, f + o, w, D, eps, s, y + o, nullptr, nullptr, scratch);
+  __syncthreads();
+  norm_many_row(y + o, D, eps, outs, scratch);
 }
 
 constexpr int64_t kRouteRankExperts = 512;  // routers up to this many experts rank them in one pass
@@ -3308,7 +3298,7 @@ void add_rms_norm_many(const float* x, const float* f, const float* w, int64_t r
                        float scale, float* y, const NormOuts& outs, cudaStream_t s) {
   if (rows == 0) return;
   launch(long_norm_row(D) ? add_rms_norm_many_kernel<kNormHeldLong> : add_rms_norm_many_kernel<kNormHeld>,
-         static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y, outs);
+         static_cast<unsigned>(rows), rms_norm_many_threads(D), 0, s, x, f, w, D, eps, scale, y, outs);
 }
 void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids, int64_t n, int32_t* out, int* bad,
                  cudaStream_t s) {

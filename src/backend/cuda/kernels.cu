@@ -2490,8 +2490,8 @@ __global__ void combine_rows_kernel(const float* rows, const float* weights, int
     out[i] = combined(rows, weights, i / D, k, D, i % D);
 }
 
-// Row t of combine_rows held: `combined` for each of a thread's elements, the experts' rows in the outer loop
-// so that each one's loads for all of the elements go out together.
+// Row t of combine_rows held: each of a thread's elements summed as `combined` sums it, with the experts' rows in
+// the outer loop so that each one's loads for all of the elements go out together.
 __device__ __forceinline__ void combine_held(const float* rows, const float* weights, int64_t t, int64_t k, int64_t D,
                                              float (&v)[kRowRegs]) {
 #pragma unroll

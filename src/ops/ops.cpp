@@ -121,35 +121,37 @@ void rms_norm_into(const Tensor& x, const Tensor& w, float eps, const Tensor& y)
   const Tensor xr = x.is_contiguous() || (x.ndim() == 2 && x.stride(1) == 1) ? x : contiguous(x);
   backend_of_all("rms_norm", x, w, y).rms_norm(xr, w.defined() ? &w : nullptr, eps, y);
 }
+namespace {
+// One output like x per scaling, and the backend's list of them; each scaling's weight must be on x's device.
+std::vector<ScaledNorm> norm_outputs(const char* op, const Tensor& x, const std::vector<NormScale>& norms,
+                                     std::vector<Tensor>& ys) {
+  ys.clear();
+  ys.reserve(norms.size());  // the list points at its elements
+  std::vector<ScaledNorm> outs;
+  outs.reserve(norms.size());
+  for (const NormScale& n : norms) {
+    if (n.w.defined()) backend_of_all(op, x, n.w);
+    ys.push_back(empty_like(x, x.shape()));
+    outs.push_back(ScaledNorm{n.w.defined() ? &n.w : nullptr, n.s, &ys.back()});
+  }
+  return outs;
+}
+}  // namespace
+
 std::vector<Tensor> rms_norm_many(const Tensor& x, float eps, const std::vector<NormScale>& norms) {
   const Tensor xr = x.is_contiguous() || (x.ndim() == 2 && x.stride(1) == 1) ? x : contiguous(x);
   std::vector<Tensor> ys;
-  std::vector<ScaledNorm> outs;
-  ys.reserve(norms.size());
-  Backend* be = &backend_of(x);
-  for (const NormScale& n : norms) {
-    ys.push_back(empty_like(x, x.shape()));
-    if (n.w.defined()) be = &backend_of_all("rms_norm_many", x, n.w);
-  }
-  for (size_t i = 0; i < norms.size(); i++)
-    outs.push_back(ScaledNorm{norms[i].w.defined() ? &norms[i].w : nullptr, norms[i].s, &ys[i]});
-  be->rms_norm_many(xr, eps, outs);
+  const std::vector<ScaledNorm> outs = norm_outputs("rms_norm_many", x, norms, ys);
+  backend_of(x).rms_norm_many(xr, eps, outs);
   return ys;
 }
 ResidualAndNorms add_rms_norm_many(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s,
                                    const std::vector<NormScale>& norms) {
   VATIC_CHECK(x.shape() == f.shape(), "add_rms_norm_many: {} and {}", x.describe(), f.describe());
   ResidualAndNorms r{empty_like(x, x.shape()), {}};
-  Backend* be = &backend_of_all("add_rms_norm_many", x, f, w);
-  r.normed.reserve(norms.size());
-  for (const NormScale& n : norms) {
-    r.normed.push_back(empty_like(x, x.shape()));
-    if (n.w.defined()) be = &backend_of_all("add_rms_norm_many", x, n.w);
-  }
-  std::vector<ScaledNorm> outs;
-  for (size_t i = 0; i < norms.size(); i++)
-    outs.push_back(ScaledNorm{norms[i].w.defined() ? &norms[i].w : nullptr, norms[i].s, &r.normed[i]});
-  be->add_rms_norm_many(contiguous(x), contiguous(f), w.defined() ? &w : nullptr, eps, s, r.residual, outs);
+  Backend& be = backend_of_all("add_rms_norm_many", x, f, w);
+  const std::vector<ScaledNorm> outs = norm_outputs("add_rms_norm_many", x, norms, r.normed);
+  be.add_rms_norm_many(contiguous(x), contiguous(f), w.defined() ? &w : nullptr, eps, s, r.residual, outs);
   return r;
 }
 Tensor add_rms_norm(const Tensor& x, const Tensor& f, const Tensor& w, float eps, float s) {

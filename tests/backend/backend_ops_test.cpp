@@ -213,7 +213,10 @@ TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
     for (const Case c : {Case{37, 129, 7}, Case{37, 129, 9}, Case{64, 256, 3}, Case{64, 256, 9}, Case{21, 1536, 7},
                          Case{70, 1024, 8}, Case{19, 2100, 9}, Case{33, 300, 31},
                          // verification tiles of 2 to 5 tokens: K % 64 == 32 (a last half chunk), odd row counts
-                         Case{64, 288, 5}, Case{33, 768, 4}, Case{16, 544, 2}, Case{35, 352, 3}}) {
+                         Case{64, 288, 5}, Case{33, 768, 4}, Case{16, 544, 2}, Case{35, 352, 3},
+                         // a megabyte of bf16, which a decode step reads as several streams (kDecodeStreams) at one
+                         // and at two threads, with rows left over
+                         Case{1030, 512, 5}}) {
       SCOPED_TRACE(std::string(dtype_name(wt)) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
                    " T=" + std::to_string(c.T));
       Linear w;
@@ -327,7 +330,9 @@ TEST(QuantMatmul, DecodeRowsEqualVerifyRowsBitForBit) {
                        Case{4, 64, 37, 256, 3}, Case{4, 32, 21, 192, 9}, Case{4, 64, 70, 1088, 8},
                        Case{4, 32, 9, 96, 7}, Case{8, 64, 13, 128, 31}, Case{4, 32, 13, 128, 17},
                        // group counts that leave a partial vector of scales (AVX2: 8 per vector, AVX-512: 16)
-                       Case{4, 32, 11, 448, 5}, Case{8, 64, 19, 576, 4}, Case{4, 64, 7, 1216, 6}}) {
+                       Case{4, 32, 11, 448, 5}, Case{8, 64, 19, 576, 4}, Case{4, 64, 7, 1216, 6},
+                       // a megabyte of codes, read as several streams by a decode step (kDecodeStreams), rows left over
+                       Case{8, 64, 2061, 512, 3}, Case{4, 64, 4107, 512, 2}}) {
     SCOPED_TRACE("int" + std::to_string(c.bits) + " g" + std::to_string(c.group) + " N=" + std::to_string(c.N) +
                  " K=" + std::to_string(c.K) + " T=" + std::to_string(c.T));
     QuantCase qc = random_quantized(c.N, c.K, c.bits, c.group, /*extra_rows=*/1);

@@ -89,6 +89,10 @@ bool set_isa(const std::string& name);
 
 // Matmuls of this many tokens or more are prefill panels (gemm_impl.h); their int4 activations are read in place.
 constexpr int64_t kPanelMinT = 32;
+// Decode (one token) on AVX-512 reads a thread's rows of a matrix as kDecodeStreams sequential streams far apart
+// (gemm_impl.h, qgemm_factored_avx512.cpp) when they hold at least kDecodeStreamsMinBytes of weights.
+constexpr int kDecodeStreams = 4;
+constexpr int64_t kDecodeStreamsMinBytes = int64_t(512) << 10;
 
 // x [T, K] (row stride ldx) -> out [T, K] contiguous, each 32-input chunk reordered to (even inputs, odd inputs).
 void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out);

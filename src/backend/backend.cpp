@@ -21,7 +21,7 @@ MemoryBandwidth Backend::measure_bandwidth(size_t bytes, int reps) {
   MemoryBandwidth bw;
   bw.bytes = bytes;
   bw.copy_gbs = 2.0 * static_cast<double>(bytes) / best / 1e9;
-  bw.read_gbs = bw.matvec_gbs = bw.copy_gbs;
+  bw.read_gbs = bw.matvec_gbs = bw.streams_gbs = bw.copy_gbs;
   bw.machine = description();
   return bw;
 }

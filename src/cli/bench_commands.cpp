@@ -126,8 +126,8 @@ void print_bandwidth(const MemoryBandwidth& bw, Device dev) {
   }
   std::printf("machine: %s\n", bw.machine.c_str());
   std::printf("memory bandwidth (%zu MiB arrays, best of runs): read %.1f GB/s (dot sweep), %.1f GB/s (f32 matvec "
-              "with prefetch), copy %.1f GB/s (read+write)\n",
-              bw.bytes >> 20, bw.read_gbs, bw.matvec_gbs, bw.copy_gbs);
+              "with prefetch), %.1f GB/s (four streams a thread), copy %.1f GB/s (read+write)\n",
+              bw.bytes >> 20, bw.read_gbs, bw.matvec_gbs, bw.streams_gbs, bw.copy_gbs);
 }
 // Device time by operation of one `what`, the largest first, with each one's share.
 void print_profile(const char* what, std::vector<std::pair<std::string, double>> prof) {

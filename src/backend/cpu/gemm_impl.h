@@ -410,39 +410,43 @@ inline void decode_rows4(const float* x, const uint16_t* w, int64_t ldw, int64_t
 }
 
 
-// decode_rows4's sums for four rows that need not be neighbours, read side by side: each row's four accumulators
-// take the multiply-adds bf16_row_partial gives them, in its order, and one V::reduce4 ends the four. Sixteen
-// accumulators: for 32-register vector sets (AVX-512).
+// decode_rows4's sums for four rows that need not be neighbours, S of them read side by side (S = 4: sixteen
+// accumulators, for 32-register vector sets; S = 2 within sixteen registers): each row's four accumulators take the
+// multiply-adds bf16_row_partial gives them, in its order, and one V::reduce4 ends the four rows.
+template <int S>
 inline void decode_rows4_apart(const float* x, const uint16_t* const (&w)[4], int64_t K, float* const (&y)[4],
                                bool acc) {
-  typename V::vec a[4][4], we, wo;
-  for (int r = 0; r < 4; r++)
-    for (int j = 0; j < 4; j++) a[r][j] = V::zero();
-  int64_t k = 0;
-  for (; k + 4 * V::W <= K; k += 4 * V::W) {
-    const typename V::vec x0 = V::loadx(x + k), x1 = V::loadx(x + k + V::W);
-    const typename V::vec x2 = V::loadx(x + k + 2 * V::W), x3 = V::loadx(x + k + 3 * V::W);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-      V::load_w2(w[r] + k, we, wo);
-      a[r][0] = V::fma(we, x0, a[r][0]);
-      a[r][1] = V::fma(wo, x1, a[r][1]);
-      V::load_w2(w[r] + k + 2 * V::W, we, wo);
-      a[r][2] = V::fma(we, x2, a[r][2]);
-      a[r][3] = V::fma(wo, x3, a[r][3]);
-    }
-  }
-  if (k < K) {
-    const typename V::vec x0 = V::loadx(x + k), x1 = V::loadx(x + k + V::W);
-#pragma GCC unroll 4
-    for (int r = 0; r < 4; r++) {
-      V::load_w2(w[r] + k, we, wo);
-      a[r][0] = V::fma(we, x0, a[r][0]);
-      a[r][1] = V::fma(wo, x1, a[r][1]);
-    }
-  }
   typename V::vec t[4];
-  for (int r = 0; r < 4; r++) t[r] = V::add(V::add(a[r][0], a[r][1]), V::add(a[r][2], a[r][3]));
+#pragma GCC unroll 2
+  for (int g = 0; g < 4; g += S) {
+    typename V::vec a[S][4], we, wo;
+    for (int r = 0; r < S; r++)
+      for (int j = 0; j < 4; j++) a[r][j] = V::zero();
+    int64_t k = 0;
+    for (; k + 4 * V::W <= K; k += 4 * V::W) {
+      const typename V::vec x0 = V::loadx(x + k), x1 = V::loadx(x + k + V::W);
+      const typename V::vec x2 = V::loadx(x + k + 2 * V::W), x3 = V::loadx(x + k + 3 * V::W);
+#pragma GCC unroll 4
+      for (int r = 0; r < S; r++) {
+        V::load_w2(w[g + r] + k, we, wo);
+        a[r][0] = V::fma(we, x0, a[r][0]);
+        a[r][1] = V::fma(wo, x1, a[r][1]);
+        V::load_w2(w[g + r] + k + 2 * V::W, we, wo);
+        a[r][2] = V::fma(we, x2, a[r][2]);
+        a[r][3] = V::fma(wo, x3, a[r][3]);
+      }
+    }
+    if (k < K) {
+      const typename V::vec x0 = V::loadx(x + k), x1 = V::loadx(x + k + V::W);
+#pragma GCC unroll 4
+      for (int r = 0; r < S; r++) {
+        V::load_w2(w[g + r] + k, we, wo);
+        a[r][0] = V::fma(we, x0, a[r][0]);
+        a[r][1] = V::fma(wo, x1, a[r][1]);
+      }
+    }
+    for (int r = 0; r < S; r++) t[g + r] = V::add(V::add(a[r][0], a[r][1]), V::add(a[r][2], a[r][3]));
+  }
   float s[4];
   V::reduce4(t[0], t[1], t[2], t[3], s);
   for (int r = 0; r < 4; r++) *y[r] = acc ? *y[r] + s[r] : s[r];
@@ -474,21 +478,26 @@ void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
   int64_t n = n0;
   if constexpr (std::is_same_v<WT, uint16_t>)
     if (a.T == 1 && a.K % (2 * V::W) == 0) {
-      // A thread's rows as kDecodeStreams equal parts, one row of each read side by side: several sequential
-      // streams far apart keep more of DRAM's latency covered than one does (a read sweep on a Zen 5 core: 20 GB/s
-      // as one stream, 35-39 GB/s as four). Each row's sums are the same whichever rows it is read beside.
-      static_assert(kDecodeStreams == 4, "decode_rows4_apart takes one row of each stream");
-      if constexpr (V::W >= 16) {
-        // (A part below kDecodeStreamsMinBytes, likely in a cache already, keeps one stream: on the cache-resident
-        // demo model four streams were 5-14 % slower over parts of 384 KB, and 5-10 % faster from 768 KB on.)
-        const int64_t per = (n1 - n0) * a.K * 2 >= kDecodeStreamsMinBytes ? (n1 - n0) / kDecodeStreams : 0;
-        for (int64_t i = 0; i < per; i++) {
-          const uint16_t* const w[4] = {W + (n0 + i) * a.ldw, W + (n0 + per + i) * a.ldw,
-                                        W + (n0 + 2 * per + i) * a.ldw, W + (n0 + 3 * per + i) * a.ldw};
-          float* const y[4] = {a.y + n0 + i, a.y + n0 + per + i, a.y + n0 + 2 * per + i, a.y + n0 + 3 * per + i};
-          decode_rows4_apart(x, w, a.K, y, a.accumulate);
+      // A thread's rows as S equal parts, one row of each read side by side: several sequential streams far apart
+      // keep more of DRAM's latency covered than one does (a read sweep on a Zen 5 core: 20 GB/s as one stream,
+      // 31 as two, 35-39 as four). Each row's sums are the same whichever rows it is read beside. (A part below
+      // kDecodeStreamsMinBytes, likely in a cache already, keeps one stream: on the cache-resident demo model four
+      // streams were 5-14 % slower over parts of 384 KB, and 5-10 % faster from 768 KB on.)
+      if constexpr (V::W >= 8) {
+        constexpr int S = V::W >= 16 ? kDecodeStreams : 2, G = 4 / S;  // streams; rows of each per call
+        static_assert(S * G == 4, "decode_rows4_apart takes four rows");
+        const int64_t per = (n1 - n0) * a.K * 2 >= kDecodeStreamsMinBytes ? (n1 - n0) / S / G * G : 0;
+        for (int64_t i = 0; i < per; i += G) {
+          const uint16_t* w[4];
+          float* y[4];
+          for (int j = 0; j < 4; j++) {
+            const int64_t r = n0 + (j % S) * per + i + j / S;  // streams side by side, then the next row of each
+            w[j] = W + r * a.ldw;
+            y[j] = a.y + r;
+          }
+          decode_rows4_apart<S>(x, w, a.K, y, a.accumulate);
         }
-        n += kDecodeStreams * per;
+        n += S * per;
       }
       for (; n + 4 <= n1; n += 4) decode_rows4(x, W + n * a.ldw, a.ldw, a.K, a.y + n, a.accumulate);
     }

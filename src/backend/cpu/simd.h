@@ -90,7 +90,8 @@ bool set_isa(const std::string& name);
 // Matmuls of this many tokens or more are prefill panels (gemm_impl.h); their int4 activations are read in place.
 constexpr int64_t kPanelMinT = 32;
 // Decode (one token) on AVX-512 reads a thread's rows of a matrix as kDecodeStreams sequential streams far apart
-// (gemm_impl.h, qgemm_factored_avx512.cpp) when they hold at least kDecodeStreamsMinBytes of weights.
+// (gemm_impl.h, qgemm_factored_avx512.cpp; bf16 rows on AVX2 as two) when they hold at least
+// kDecodeStreamsMinBytes of weights.
 constexpr int kDecodeStreams = 4;
 constexpr int64_t kDecodeStreamsMinBytes = int64_t(512) << 10;
 

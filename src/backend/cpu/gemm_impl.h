@@ -409,7 +409,6 @@ inline void decode_rows4(const float* x, const uint16_t* w, int64_t ldw, int64_t
   for (int r = 0; r < 4; r++) y[r] = acc ? y[r] + s[r] : s[r];
 }
 
-
 // decode_rows4's sums for four rows that need not be neighbours, S of them read side by side (S = 4: sixteen
 // accumulators, for 32-register vector sets; S = 2 within sixteen registers): each row's four accumulators take the
 // multiply-adds bf16_row_partial gives them, in its order, and one V::reduce4 ends the four rows.

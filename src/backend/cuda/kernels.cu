@@ -297,6 +297,22 @@ int64_t numel(const View& v) {
 
 // ---------------------------------------------------------------- matmul
 
+// The eight bf16 weights of a 16-byte chunk as floats (a bf16 is the top half of a float).
+__device__ __forceinline__ void bf16x8_floats(const uint4& q, float (&wv)[8]) {
+  const uint32_t words[4] = {q.x, q.y, q.z, q.w};
+#pragma unroll
+  for (int j = 0; j < 4; j++) {
+    wv[2 * j] = __uint_as_float(words[j] << 16);
+    wv[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
+  }
+}
+
+// Σ x·w over one chunk of eight, from its two float4 halves of x: the one order in which every bf16 GEMV sums a
+// chunk, so that a verification's rows, a routed expert's and a decode step's carry the same bits.
+__device__ __forceinline__ float dot8(const float4& a, const float4& b, const float (&wv)[8]) {
+  return a.x * wv[0] + a.y * wv[1] + a.z * wv[2] + a.w * wv[3] + b.x * wv[4] + b.y * wv[5] + b.z * wv[6] + b.w * wv[7];
+}
+
 // Σ_k x[k] · W[n, k] for one weight row, by one warp; T rows of x at once.
 // Lanes of `parts` warps share one row: this warp is part `part` of them. A caller that knows the weights are not
 // quantized leaves that code out (Quantized = false: fewer registers, more warps resident).
@@ -313,21 +329,13 @@ __device__ __forceinline__ void row_dot(const float* x, int64_t ldx, int rows, c
       const uint4* p = static_cast<const uint4*>(wrow);
 #pragma unroll 2
       for (int64_t c = lane; c < K / 8; c += stride) {
-        uint4 q = p[c];
-        const uint32_t words[4] = {q.x, q.y, q.z, q.w};
         float wv[8];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          wv[2 * j] = __uint_as_float(words[j] << 16);
-          wv[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
-        }
+        bf16x8_floats(p[c], wv);
 #pragma unroll
         for (int t = 0; t < T; t++) {
           if (t >= rows) break;
           const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * 8);
-          float4 a = xp[0], b = xp[1];
-          acc[t] += a.x * wv[0] + a.y * wv[1] + a.z * wv[2] + a.w * wv[3] + b.x * wv[4] + b.y * wv[5] + b.z * wv[6] +
-                    b.w * wv[7];
+          acc[t] += dot8(xp[0], xp[1], wv);
         }
       }
     } else {
@@ -701,23 +709,14 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
         // Converted once, used for every input row.
         float wv[R][8];
 #pragma unroll
-        for (int r = 0; r < R; r++) {
-          const uint32_t u[4] = {q[r].x, q[r].y, q[r].z, q[r].w};
-#pragma unroll
-          for (int j = 0; j < 4; j++) {
-            wv[r][2 * j] = __uint_as_float(u[j] << 16);
-            wv[r][2 * j + 1] = __uint_as_float(u[j] & 0xffff0000u);
-          }
-        }
+        for (int r = 0; r < R; r++) bf16x8_floats(q[r], wv[r]);
 #pragma unroll
         for (int t = 0; t < TT; t++) {
           if (t >= T) break;
           const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * 8);
           const float4 a = xp[0], b = xp[1];
 #pragma unroll
-          for (int r = 0; r < R; r++)
-            acc[r][t] += a.x * wv[r][0] + a.y * wv[r][1] + a.z * wv[r][2] + a.w * wv[r][3] + b.x * wv[r][4] +
-                         b.y * wv[r][5] + b.z * wv[r][6] + b.w * wv[r][7];
+          for (int r = 0; r < R; r++) acc[r][t] += dot8(a, b, wv[r]);
         }
       } else {
         // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. A code becomes a float by
@@ -1124,19 +1123,13 @@ __device__ __forceinline__ void expert_dot_bf16(const float* x, const uint4* a, 
       if (c >= chunks) break;
       const float4* xp = reinterpret_cast<const float4*>(x + c * 8);
       const float4 p = xp[0], q = xp[1];
-      auto dot8 = [&](const uint4& w) {
-        const uint32_t words[4] = {w.x, w.y, w.z, w.w};
-        float wv[8];
-#pragma unroll
-        for (int j = 0; j < 4; j++) {
-          wv[2 * j] = __uint_as_float(words[j] << 16);
-          wv[2 * j + 1] = __uint_as_float(words[j] & 0xffff0000u);
-        }
-        return p.x * wv[0] + p.y * wv[1] + p.z * wv[2] + p.w * wv[3] + q.x * wv[4] + q.y * wv[5] +
-               q.z * wv[6] + q.w * wv[7];
-      };
-      sa += dot8(qa[u]);
-      if constexpr (Two) sb += dot8(qb[u]);
+      float wv[8];
+      bf16x8_floats(qa[u], wv);
+      sa += dot8(p, q, wv);
+      if constexpr (Two) {
+        bf16x8_floats(qb[u], wv);
+        sb += dot8(p, q, wv);
+      }
     }
   }
 }

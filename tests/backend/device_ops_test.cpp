@@ -845,7 +845,12 @@ TEST(DeviceOps, Attention) {
                    // Prompts (more than 8 queries): windows, empty slots, GLM's latent cache, head dim 1024.
                    Case{40, 40, 8, 2, 256, 256, 0, 0, false}, Case{37, 90, 4, 1, 512, 512, 16, 5, false},
                    Case{9, 9, 2, 2, 1024, 64, 0, 0, false}, Case{33, 70, 20, 1, 576, 512, 0, 3, true},
-                   Case{100, 100, 2, 1, 64, 64, 7, 0, false},
+                   Case{100, 100, 2, 1, 64, 64, 7, 0, false}, Case{48, 60, 4, 2, 64, 18, 20, 0, false},
+                   // Prompts of many query tiles (from four a multiprocessor, 528 on an H100 or H200, in pairs,
+                   // first with last; an odd count leaves a middle tile alone), after a cached prefix, in a window.
+                   Case{300, 300, 8, 1, 256, 256, 0, 3, false}, Case{290, 320, 20, 1, 576, 512, 0, 0, true},
+                   Case{512, 512, 8, 2, 256, 256, 100, 0, false}, Case{1090, 1100, 8, 1, 64, 64, 0, 7, false},
+                   Case{530, 560, 20, 1, 576, 512, 200, 0, true},
                    // Long contexts with few queries: the keys are split over blocks (some splits see no key).
                    Case{1, 4000, 8, 1, 256, 256, 0, 3, false}, Case{1, 1000, 8, 1, 512, 512, 512, 0, false},
                    Case{1, 2000, 20, 1, 576, 512, 0, 0, true}, Case{1, 3000, 2, 1, 64, 64, 10, 0, false},

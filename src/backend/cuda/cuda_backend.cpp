@@ -266,7 +266,8 @@ class CudaBackend final : public Backend {
     cuda::set_gemv_early(!env_is("VATIC_GEMV_EARLY", "0"));
     cuda::set_cluster_attention(!env_is("VATIC_CLUSTER_ATTENTION", "0"), !env_is("VATIC_LEAN_ATTENTION", "0"));
     cuda::set_group_attention(!env_is("VATIC_GROUP_ATTENTION", "0"), env_int("VATIC_GROUP_BLOCKS", 0, 1, 1 << 16));
-    cuda::set_prefill_attention(!env_is("VATIC_TILE_PAIRS", "0"), prop.multiProcessorCount);
+    cuda::set_prefill_attention(!env_is("VATIC_TILE_PAIRS", "0"), prop.multiProcessorCount,
+                                prop.major >= 8 && !env_is("VATIC_TILE_MMA", "0"));
     // bf16 prefill GEMMs on tensor cores (compute capability 8.0 and later; VATIC_TENSOR_CORES=0: SGEMM), and the
     // bf16 GEMV of decode and verification too with VATIC_GEMV_TENSOR_CORES=1 (cheaper verification, slower decode:
     // docs/gpu.md).

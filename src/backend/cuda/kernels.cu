@@ -208,6 +208,7 @@ bool g_cluster_attention = true;  // VATIC_CLUSTER_ATTENTION=0 turns the cluster
 bool g_lean_attention = true;     // VATIC_LEAN_ATTENTION=0: verification's attention as decode's (for measuring)
 bool g_group_attention = true;    // VATIC_GROUP_ATTENTION=0: long caches by single heads (for measuring)
 bool g_tile_pairs = true;         // VATIC_TILE_PAIRS=0: a prompt's attention one tile of queries a block
+bool g_tile_mma = false;          // a prompt's attention on tensor cores (compute capability 8.0 and later)
 int g_sms = 132;                  // the device's multiprocessors
 int g_group_blocks = 1024;        // attention_group_kernel doubles its split while it would have more blocks a query
 // Quantized GEMV launches of at least this many weights (gate and up together) read the input's digits: int4
@@ -2116,6 +2117,282 @@ __global__ void __launch_bounds__(256) attention_group_merge_kernel(AttentionArg
 }
 
 
+// ---------------------------------------------------------------- a prompt's attention on tensor cores
+
+// x ≈ big + small, each a tf32 (x's leading 11 significant bits, then the next 11): a product of two such pairs
+// without its small·small term is within about 2^-21 of the f32 product, so three tf32 MMAs (small·big, big·small,
+// big·big, summed in f32) stand in for f32 multiply-adds.
+__device__ __forceinline__ uint32_t to_tf32(float x) {
+  uint32_t r;
+  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
+  return r;
+}
+__device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
+  big = to_tf32(x);
+  small = to_tf32(x - __uint_as_float(big));
+}
+// d += a · b for one 16×8 (a, tf32, row-major) by 8×8 (b) tile, f32 accumulators.
+__device__ __forceinline__ void mma_tf32_1688(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+      : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+// d += a · b with a's parts given (ab, as) and b's two values split here.
+__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const uint32_t (&ab)[4], const uint32_t (&as)[4], float b0,
+                                           float b1) {
+  uint32_t bb0, bs0, bb1, bs1;
+  split_tf32(b0, bb0, bs0);
+  split_tf32(b1, bb1, bs1);
+  mma_tf32_1688(d, as, bb0, bb1);
+  mma_tf32_1688(d, ab, bs0, bs1);
+  mma_tf32_1688(d, ab, bb0, bb1);
+}
+
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
+
+// The shape of a flash_tile_kernel launch: keys a step (BK: 32, 16 or 8), the query rows either kept as their two
+// tf32 parts (split_q) or as f32, and the shared-memory row strides, chosen so that every fragment load is free of
+// bank conflicts: ldq ≡ 16 (mod 32) for the float4 loads of query and key rows, ldv ≡ 4 for value columns read
+// two keys apart, kFlashLdp ≡ 8 for the probabilities' float2 loads.
+constexpr int kFlashThreads = 256, kFlashLdp = 40;
+struct FlashShape {
+  int BK = 0, split_q = 0, Dp = 0, ldq = 0, ldv = 0, ksplit = 0;
+  size_t smem = 0;
+};
+__host__ __device__ inline FlashShape flash_shape(int64_t D, int64_t Dv, int BK, bool split_q) {
+  FlashShape f;
+  f.BK = BK;
+  f.split_q = split_q;
+  f.Dp = static_cast<int>((D + 15) / 16 * 16);
+  f.ldq = f.Dp % 32 == 0 ? f.Dp + 16 : f.Dp;
+  f.ldv = static_cast<int>((Dv + 31) / 32 * 32 + 4);
+  f.ksplit = 8 / (BK / 8);
+  const int64_t floats = (split_q ? 2 : 1) * kTileQ * f.ldq + int64_t{BK} * f.ldq + int64_t{BK} * f.ldv +
+                         int64_t{f.ksplit} * kTileQ * kFlashLdp + 3 * kTileQ;
+  f.smem = sizeof(float) * floats + sizeof(int32_t) * (BK + kTileQ);
+  return f;
+}
+constexpr size_t kTileSmemMax = 110 * 1024;  // two blocks a multiprocessor
+FlashShape flash_pick(const AttentionArgs& a) {
+  const std::pair<int, bool> order[] = {{32, true}, {32, false}, {16, false}, {8, false}};
+  for (const auto& [bk, sq] : order) {
+    const FlashShape f = flash_shape(a.D, a.Dv, bk, sq);
+    if (f.smem <= kTileSmemMax) return f;
+  }
+  return FlashShape{};
+}
+
+// A prompt's attention as attention_tile_kernel (tiles of 16 queries, in pairs with `paired`, steps of BK keys
+// skipped when no query of the tile sees one), but both products on the tensor cores in three tf32 parts. A step:
+// the key rows, then the value rows, asked for with cp.async (the values arrive while the scores are computed);
+// the scores S = Q·Kᵀ by 8 warps, BK/8 column blocks of 8 keys times 8/(BK/8) interleaved parts of the head dims
+// (chunks of 16), each part's sums to shared memory; each query's online-softmax step by one warp (a lane a key,
+// the parts added in order); then O += P·V, a warp per 8 value columns (and every 8th after). Within a 16-dim
+// chunk lane (g, t) holds dims 4t..4t+3 of its rows, the first two in the first MMA's k slots (t, t + 4) and the
+// last two in the second's, the same for queries and keys, so each product is the right one; likewise keys 2t,
+// 2t + 1 of each 8 for P·V. Every query's sums depend on the head dims and the key steps only, not on the tile.
+__global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionArgs a, FlashShape f, int paired) {
+  pdl_begin();
+  extern __shared__ float4 smem4[];
+  const int D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv), BK = f.BK, ldq = f.ldq, ldv = f.ldv;
+  float* qb = reinterpret_cast<float*>(smem4);      // [16][ldq] query rows (big parts when split)
+  float* qsm = qb + (f.split_q ? kTileQ * ldq : 0);  // [16][ldq] their small parts (split_q)
+  float* ks = qsm + kTileQ * ldq;                    // [BK][ldq]
+  float* vs = ks + BK * ldq;                         // [BK][ldv]
+  float* sp = vs + BK * ldv;                         // [ksplit][16][kFlashLdp] scores by part; P in part 0's place
+  float* ms = sp + f.ksplit * kTileQ * kFlashLdp;    // [16] running max
+  float* ls = ms + kTileQ;                           // [16] running denominator
+  float* cs = ls + kTileQ;                           // [16] this step's rescaling of the accumulators
+  int32_t* kp = reinterpret_cast<int32_t*>(cs + kTileQ);  // [BK]
+  int32_t* qp = kp + BK;                                   // [16]
+  const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
+  const int64_t h = blockIdx.y, kh = h / (a.Hq / a.Hkv), tiles = (a.T + kTileQ - 1) / kTileQ;
+  const bool rows4 = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
+                     ((a.skS | a.skH | a.svS | a.svH | Dv) & 3) == 0;
+  // Head dims past D and value columns past Dv (up to the next 8) are read as zeros; loads never write them.
+  for (int i = tid; i < BK * (f.Dp - D); i += kFlashThreads) ks[(i / (f.Dp - D)) * ldq + D + i % (f.Dp - D)] = 0.0f;
+  const int Dv8 = (Dv + 7) / 8 * 8;
+  for (int i = tid; i < BK * (Dv8 - Dv); i += kFlashThreads) vs[(i / (Dv8 - Dv)) * ldv + Dv + i % (Dv8 - Dv)] = 0.0f;
+  const int nbs = BK / 8, sblock = warp % nbs, spart = warp / nbs, nbv = Dv8 / 8;
+  for (int pass = 0; pass < 1 + paired; pass++) {
+    const int64_t tile = pass == 0 ? blockIdx.x : tiles - 1 - blockIdx.x;
+    if (pass > 0) {
+      if (tile <= blockIdx.x) break;  // the middle tile of an odd count, done in the first pass
+      __syncthreads();                // the first tile's outputs are written before its state is replaced
+    }
+    const int64_t t0 = tile * kTileQ;
+    const int nq = static_cast<int>(a.T - t0 < kTileQ ? a.T - t0 : kTileQ);
+    for (int qi = warp; qi < kTileQ; qi += kFlashThreads / 32)
+      for (int d = lane; d < f.Dp; d += 32) {
+        const float x = qi < nq && d < D ? a.q[(t0 + qi) * a.sqT + h * a.sqH + d] : 0.0f;
+        if (f.split_q) {
+          uint32_t big, small;
+          split_tf32(x, big, small);
+          qb[qi * ldq + d] = __uint_as_float(big);
+          qsm[qi * ldq + d] = __uint_as_float(small);
+        } else {
+          qb[qi * ldq + d] = x;
+        }
+      }
+    if (tid < kTileQ) {
+      qp[tid] = tid < nq ? a.q_pos[t0 + tid] : -1;  // a padding query sees nothing
+      ms[tid] = -INFINITY;
+      ls[tid] = 0.0f;
+    }
+    float acc[8][4];
+#pragma unroll
+    for (int i = 0; i < 8; i++)
+#pragma unroll
+      for (int c = 0; c < 4; c++) acc[i][c] = 0.0f;
+    for (int64_t s0 = 0; s0 < a.S; s0 += BK) {
+      __syncthreads();  // the previous step is consumed (and, the first time, the queries are in place)
+      bool vis = false;
+      if (tid < BK) {
+        const int64_t s = s0 + tid;
+        const int32_t pk = s < a.S ? a.k_pos[s] : -1;
+        kp[tid] = pk;
+        for (int qi = 0; qi < nq; qi++) vis = vis || key_visible(pk, qp[qi], a.window);
+      }
+      if (!__syncthreads_or(vis)) continue;
+      for (int j = warp; j < BK; j += kFlashThreads / 32) {
+        const int64_t s = s0 + j;
+        const bool in = s < a.S;
+        const float* kr = a.k + (in ? s : 0) * a.skS + kh * a.skH;
+        if (rows4) {
+          for (int d4 = lane; d4 < D / 4; d4 += 32) cp_async16(ks + j * ldq + 4 * d4, kr + 4 * d4, in);
+        } else {
+          for (int d = lane; d < D; d += 32) ks[j * ldq + d] = in ? kr[d] : 0.0f;
+        }
+      }
+      cp_async_commit();
+      for (int j = warp; j < BK; j += kFlashThreads / 32) {
+        const int64_t s = s0 + j;
+        const bool in = s < a.S;
+        const float* vr = a.v + (in ? s : 0) * a.svS + kh * a.svH;
+        if (rows4) {
+          for (int d4 = lane; d4 < Dv / 4; d4 += 32) cp_async16(vs + j * ldv + 4 * d4, vr + 4 * d4, in);
+        } else {
+          for (int d = lane; d < Dv; d += 32) vs[j * ldv + d] = in ? vr[d] : 0.0f;
+        }
+      }
+      cp_async_commit();
+      cp_async_wait<1>();
+      __syncthreads();  // the key rows are in place
+      {
+        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        const float* kr = ks + (sblock * 8 + g) * ldq + 4 * t;
+        const float* q0 = qb + g * ldq + 4 * t;
+        const float* q1 = q0 + 8 * ldq;
+        const float* r0 = qsm + g * ldq + 4 * t;
+        const float* r1 = r0 + 8 * ldq;
+        for (int c = spart; c < f.Dp / 16; c += f.ksplit) {
+          const float4 kv = *reinterpret_cast<const float4*>(kr + 16 * c);
+          const float4 x0 = *reinterpret_cast<const float4*>(q0 + 16 * c);
+          const float4 x1 = *reinterpret_cast<const float4*>(q1 + 16 * c);
+          uint32_t ab[2][4], as[2][4];
+          if (f.split_q) {
+            const float4 y0 = *reinterpret_cast<const float4*>(r0 + 16 * c);
+            const float4 y1 = *reinterpret_cast<const float4*>(r1 + 16 * c);
+            ab[0][0] = __float_as_uint(x0.x), ab[0][1] = __float_as_uint(x1.x);
+            ab[0][2] = __float_as_uint(x0.y), ab[0][3] = __float_as_uint(x1.y);
+            ab[1][0] = __float_as_uint(x0.z), ab[1][1] = __float_as_uint(x1.z);
+            ab[1][2] = __float_as_uint(x0.w), ab[1][3] = __float_as_uint(x1.w);
+            as[0][0] = __float_as_uint(y0.x), as[0][1] = __float_as_uint(y1.x);
+            as[0][2] = __float_as_uint(y0.y), as[0][3] = __float_as_uint(y1.y);
+            as[1][0] = __float_as_uint(y0.z), as[1][1] = __float_as_uint(y1.z);
+            as[1][2] = __float_as_uint(y0.w), as[1][3] = __float_as_uint(y1.w);
+          } else {
+            split_tf32(x0.x, ab[0][0], as[0][0]);
+            split_tf32(x1.x, ab[0][1], as[0][1]);
+            split_tf32(x0.y, ab[0][2], as[0][2]);
+            split_tf32(x1.y, ab[0][3], as[0][3]);
+            split_tf32(x0.z, ab[1][0], as[1][0]);
+            split_tf32(x1.z, ab[1][1], as[1][1]);
+            split_tf32(x0.w, ab[1][2], as[1][2]);
+            split_tf32(x1.w, ab[1][3], as[1][3]);
+          }
+          mma_3xtf32(sc, ab[0], as[0], kv.x, kv.y);
+          mma_3xtf32(sc, ab[1], as[1], kv.z, kv.w);
+        }
+        float* out = sp + spart * kTileQ * kFlashLdp + sblock * 8 + 2 * t;
+        *reinterpret_cast<float2*>(out + g * kFlashLdp) = make_float2(sc[0], sc[1]);
+        *reinterpret_cast<float2*>(out + (g + 8) * kFlashLdp) = make_float2(sc[2], sc[3]);
+      }
+      __syncthreads();  // every part's scores are in place
+      // Each query's online-softmax step by one warp, a lane a key; P replaces part 0's scores.
+      for (int qi = warp; qi < kTileQ; qi += kFlashThreads / 32) {
+        float s = 0.0f;
+        bool vis = false;
+        if (lane < BK) {
+          for (int p = 0; p < f.ksplit; p++) s += sp[(p * kTileQ + qi) * kFlashLdp + lane];
+          vis = key_visible(kp[lane], qp[qi], a.window);
+        }
+        const float score = vis ? a.scale * s : -INFINITY;
+        const float mo = ms[qi];
+        const float mn = fmaxf(mo, group_max(score, 32));
+        const float pr = vis ? expf(score - mn) : 0.0f;
+        const float sum = group_sum(pr, 32);
+        if (lane < BK) sp[qi * kFlashLdp + lane] = pr;
+        if (lane == 0) {
+          const float c = mn == -INFINITY ? 1.0f : expf(mo - mn);
+          cs[qi] = c;
+          ls[qi] = ls[qi] * c + sum;
+          ms[qi] = mn;
+        }
+      }
+      cp_async_wait<0>();
+      __syncthreads();  // the probabilities and the value rows are in place
+      const float c0 = cs[g], c1 = cs[g + 8];
+#pragma unroll
+      for (int i = 0; i < 8; i++)
+        if (warp + 8 * i < nbv) {
+          acc[i][0] *= c0;
+          acc[i][1] *= c0;
+          acc[i][2] *= c1;
+          acc[i][3] *= c1;
+        }
+      for (int k0 = 0; k0 < BK; k0 += 8) {
+        const float2 p0 = *reinterpret_cast<const float2*>(sp + g * kFlashLdp + k0 + 2 * t);
+        const float2 p1 = *reinterpret_cast<const float2*>(sp + (g + 8) * kFlashLdp + k0 + 2 * t);
+        uint32_t pb[4], ps[4];
+        split_tf32(p0.x, pb[0], ps[0]);
+        split_tf32(p1.x, pb[1], ps[1]);
+        split_tf32(p0.y, pb[2], ps[2]);
+        split_tf32(p1.y, pb[3], ps[3]);
+        const float* v0 = vs + (k0 + 2 * t) * ldv + g;
+#pragma unroll
+        for (int i = 0; i < 8; i++) {
+          const int nb = warp + 8 * i;
+          if (nb < nbv) mma_3xtf32(acc[i], pb, ps, v0[8 * nb], v0[ldv + 8 * nb]);
+        }
+      }
+    }
+    __syncthreads();  // the last step's denominators are in place
+#pragma unroll
+    for (int i = 0; i < 8; i++) {
+      const int col = (warp + 8 * i) * 8 + 2 * t;
+      if (col >= Dv) continue;
+#pragma unroll
+      for (int half = 0; half < 2; half++) {
+        const int qi = g + 8 * half;
+        if (qi >= nq) continue;
+        const float l = ls[qi];
+        float* o = a.out + (t0 + qi) * a.soT + h * a.soH + col;
+        o[0] = l > 0.0f ? acc[i][2 * half] / l : 0.0f;
+        if (col + 1 < Dv) o[1] = l > 0.0f ? acc[i][2 * half + 1] / l : 0.0f;
+      }
+    }
+  }
+}
+
 int attention_tile_keys(const AttentionArgs& a) { return a.D > 256 ? 16 : 32; }
 size_t attention_tile_smem(const AttentionArgs& a) {
   const int64_t BK = attention_tile_keys(a);
@@ -2124,7 +2401,7 @@ size_t attention_tile_smem(const AttentionArgs& a) {
 }
 bool attention_tiles(const AttentionArgs& a) {
   return a.T >= kTileQ && a.D % 4 == 0 && a.D <= kMaxAttentionD && a.Dv <= kMaxAttentionDv &&
-         attention_tile_smem(a) <= 110 * 1024;
+         (attention_tile_smem(a) <= kTileSmemMax || (g_tile_mma && flash_pick(a).BK));
 }
 
 // A block takes one tile of 16 queries, or with `paired` tile i and then tile (tiles - 1 - i): under a causal mask
@@ -2751,8 +3028,9 @@ void set_cluster_attention(bool on, bool lean) {
   g_cluster_attention = on;
   g_lean_attention = lean;
 }
-void set_prefill_attention(bool pairs, int multiprocessors) {
+void set_prefill_attention(bool pairs, int multiprocessors, bool tensor_cores) {
   g_tile_pairs = pairs;
+  g_tile_mma = tensor_cores;
   if (multiprocessors > 0) g_sms = multiprocessors;
 }
 void set_group_attention(bool on, int blocks) {
@@ -3191,7 +3469,8 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
   if (attention_tiles(a)) {  // prefill
     static bool tiles_raised = false;
     if (!tiles_raised) {
-      cudaFuncSetAttribute(attention_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, 110 * 1024);
+      cudaFuncSetAttribute(attention_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileSmemMax);
+      cudaFuncSetAttribute(flash_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileSmemMax);
       tiles_raised = true;
     }
     // Tiles in pairs once the pairs still give each multiprocessor two blocks (two fit on one): on an H100, E2B's
@@ -3199,6 +3478,10 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
     const int64_t tiles = (a.T + kTileQ - 1) / kTileQ;
     const int paired = g_tile_pairs && tiles * a.Hq >= 4 * int64_t{g_sms} ? 1 : 0;
     dim3 grid(static_cast<unsigned>(paired ? (tiles + 1) / 2 : tiles), static_cast<unsigned>(a.Hq));
+    if (const FlashShape f = g_tile_mma ? flash_pick(a) : FlashShape{}; f.BK) {
+      launch(flash_tile_kernel, grid, kFlashThreads, f.smem, s, a, f, paired);
+      return;
+    }
     launch(attention_tile_kernel, grid, kTileThreads, attention_tile_smem(a), s, a, attention_tile_keys(a), paired);
     return;
   }

@@ -2137,15 +2137,16 @@ __device__ __forceinline__ void mma_tf32_1688(float (&d)[4], const uint32_t (&a)
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
-// d += a · b with a's parts given (ab, as) and b's two values split here.
-__device__ __forceinline__ void mma_3xtf32(float (&d)[4], const uint32_t (&ab)[4], const uint32_t (&as)[4], float b0,
-                                           float b1) {
+// big += a_big·b_big and cross += a_small·b_big + a_big·b_small, with a's parts given (ab, as) and b's two values
+// split here (big and cross may be the same accumulators).
+__device__ __forceinline__ void mma_3xtf32(float (&big)[4], float (&cross)[4], const uint32_t (&ab)[4],
+                                           const uint32_t (&as)[4], float b0, float b1) {
   uint32_t bb0, bs0, bb1, bs1;
   split_tf32(b0, bb0, bs0);
   split_tf32(b1, bb1, bs1);
-  mma_tf32_1688(d, as, bb0, bb1);
-  mma_tf32_1688(d, ab, bs0, bs1);
-  mma_tf32_1688(d, ab, bb0, bb1);
+  mma_tf32_1688(cross, as, bb0, bb1);
+  mma_tf32_1688(cross, ab, bs0, bs1);
+  mma_tf32_1688(big, ab, bb0, bb1);
 }
 
 __device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
@@ -2177,7 +2178,7 @@ __host__ __device__ inline FlashShape flash_shape(int64_t D, int64_t Dv, int BK,
   f.ksplit = 8 / (BK / 8);
   const int64_t floats = (split_q ? 2 : 1) * kTileQ * f.ldq + int64_t{BK} * f.ldq + int64_t{BK} * f.ldv +
                          int64_t{f.ksplit} * kTileQ * kFlashLdp + 3 * kTileQ;
-  f.smem = sizeof(float) * floats + sizeof(int32_t) * (BK + kTileQ);
+  f.smem = sizeof(float) * floats + sizeof(int32_t) * (2 * BK + kTileQ + 32);
   return f;
 }
 constexpr size_t kTileSmemMax = 110 * 1024;  // two blocks a multiprocessor
@@ -2191,14 +2192,15 @@ FlashShape flash_pick(const AttentionArgs& a) {
 }
 
 // A prompt's attention as attention_tile_kernel (tiles of 16 queries, in pairs with `paired`, steps of BK keys
-// skipped when no query of the tile sees one), but both products on the tensor cores in three tf32 parts. A step:
-// the key rows, then the value rows, asked for with cp.async (the values arrive while the scores are computed);
-// the scores S = Q·Kᵀ by 8 warps, BK/8 column blocks of 8 keys times 8/(BK/8) interleaved parts of the head dims
-// (chunks of 16), each part's sums to shared memory; each query's online-softmax step by one warp (a lane a key,
-// the parts added in order); then O += P·V, a warp per 8 value columns (and every 8th after). Within a 16-dim
-// chunk lane (g, t) holds dims 4t..4t+3 of its rows, the first two in the first MMA's k slots (t, t + 4) and the
-// last two in the second's, the same for queries and keys, so each product is the right one; likewise keys 2t,
-// 2t + 1 of each 8 for P·V. Every query's sums depend on the head dims and the key steps only, not on the tile.
+// that no query of the tile sees skipped), but both products on the tensor cores in three tf32 parts, and the
+// steps pipelined: while a step's scores are computed its value rows arrive (cp.async), and while its softmax and
+// P·V run the next visible step's key rows arrive. A step: the scores S = Q·Kᵀ by 8 warps, BK/8 column blocks of
+// 8 keys times 8/(BK/8) interleaved parts of the head dims (chunks of 16), each part's sums to shared memory; each
+// query's online-softmax step by one warp (a lane a key, the parts added in order); then O += P·V, a warp per 8
+// value columns (and every 8th after). Within a 16-dim chunk lane (g, t) holds dims 4t..4t+3 of its rows, the
+// first two in the first MMA's k slots (t, t + 4) and the last two in the second's, the same for queries and
+// keys, so each product is the right one; likewise keys 2t, 2t + 1 of each 8 for P·V. Every query's sums depend
+// on the head dims and the key steps only, not on the tile.
 __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionArgs a, FlashShape f, int paired) {
   pdl_begin();
   extern __shared__ float4 smem4[];
@@ -2211,8 +2213,9 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
   float* ms = sp + f.ksplit * kTileQ * kFlashLdp;    // [16] running max
   float* ls = ms + kTileQ;                           // [16] running denominator
   float* cs = ls + kTileQ;                           // [16] this step's rescaling of the accumulators
-  int32_t* kp = reinterpret_cast<int32_t*>(cs + kTileQ);  // [BK]
-  int32_t* qp = kp + BK;                                   // [16]
+  int32_t* kp = reinterpret_cast<int32_t*>(cs + kTileQ);  // [2][BK] key positions of this step and the next
+  int32_t* qp = kp + 2 * BK;                               // [16]
+  int32_t* seen = qp + kTileQ;                             // [32] which of the steps scanned together has a key seen
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
   const int64_t h = blockIdx.y, kh = h / (a.Hq / a.Hkv), tiles = (a.T + kTileQ - 1) / kTileQ;
   const bool rows4 = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
@@ -2221,13 +2224,52 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
   for (int i = tid; i < BK * (f.Dp - D); i += kFlashThreads) ks[(i / (f.Dp - D)) * ldq + D + i % (f.Dp - D)] = 0.0f;
   const int Dv8 = (Dv + 7) / 8 * 8;
   for (int i = tid; i < BK * (Dv8 - Dv); i += kFlashThreads) vs[(i / (Dv8 - Dv)) * ldv + Dv + i % (Dv8 - Dv)] = 0.0f;
-  const int nbs = BK / 8, sblock = warp % nbs, spart = warp / nbs, nbv = Dv8 / 8;
+  const int nbs = BK / 8, sblock = warp % nbs, spart = warp / nbs, nbv = Dv8 / 8, scan = kFlashThreads / BK;
+  // The first step from `from` with a key that a query of the tile sees (a.S if none), its key positions written
+  // to `kpb`: 256 / BK steps' positions at a time, one a thread. Ends with a barrier.
+  auto next_step = [&](int64_t from, int32_t* kpb, int nq) -> int64_t {
+    for (int64_t base = from; base < a.S; base += int64_t{scan} * BK) {
+      const int64_t s = base + tid;
+      const int32_t pk = s < a.S ? a.k_pos[s] : -1;
+      bool vis = false;
+      for (int qi = 0; qi < nq; qi++) vis = vis || key_visible(pk, qp[qi], a.window);
+      const unsigned ball = __ballot_sync(0xffffffffu, vis);
+      const unsigned seg = BK == 32 ? ball : (ball >> (lane / BK * BK)) & ((1u << BK) - 1);
+      if (lane % BK == 0) seen[tid / BK] = seg != 0;
+      __syncthreads();
+      int first = scan;
+      for (int j = 0; j < scan; j++)
+        if (seen[j]) {
+          first = j;
+          break;
+        }
+      if (first < scan) {
+        if (tid / BK == first) kpb[tid % BK] = pk;
+        __syncthreads();
+        return base + int64_t{first} * BK;
+      }
+      __syncthreads();  // `seen` is read before the next scan writes it
+    }
+    __syncthreads();  // (also when `from` is past the last key)
+    return a.S;
+  };
+  auto load_rows = [&](float* dst, int ld, const float* src, int64_t sS, int64_t sH, int n, int64_t s0) {
+    for (int j = warp; j < BK; j += kFlashThreads / 32) {
+      const int64_t s = s0 + j;
+      const bool in = s < a.S;
+      const float* r = src + (in ? s : 0) * sS + kh * sH;
+      if (rows4) {
+        for (int d4 = lane; d4 < n / 4; d4 += 32) cp_async16(dst + j * ld + 4 * d4, r + 4 * d4, in);
+      } else {
+        for (int d = lane; d < n; d += 32) dst[j * ld + d] = in ? r[d] : 0.0f;
+      }
+    }
+    cp_async_commit();
+  };
   for (int pass = 0; pass < 1 + paired; pass++) {
     const int64_t tile = pass == 0 ? blockIdx.x : tiles - 1 - blockIdx.x;
-    if (pass > 0) {
-      if (tile <= blockIdx.x) break;  // the middle tile of an odd count, done in the first pass
-      __syncthreads();                // the first tile's outputs are written before its state is replaced
-    }
+    if (pass > 0 && tile <= blockIdx.x) break;  // the middle tile of an odd count, done in the first pass
+    // (The first tile's outputs are written, and its last step is consumed, behind the barrier ending its loop.)
     const int64_t t0 = tile * kTileQ;
     const int nq = static_cast<int>(a.T - t0 < kTileQ ? a.T - t0 : kTileQ);
     for (int qi = warp; qi < kTileQ; qi += kFlashThreads / 32)
@@ -2247,47 +2289,21 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
       ms[tid] = -INFINITY;
       ls[tid] = 0.0f;
     }
+    __syncthreads();  // the queries' positions are in place
     float acc[8][4];
 #pragma unroll
     for (int i = 0; i < 8; i++)
 #pragma unroll
       for (int c = 0; c < 4; c++) acc[i][c] = 0.0f;
-    for (int64_t s0 = 0; s0 < a.S; s0 += BK) {
-      __syncthreads();  // the previous step is consumed (and, the first time, the queries are in place)
-      bool vis = false;
-      if (tid < BK) {
-        const int64_t s = s0 + tid;
-        const int32_t pk = s < a.S ? a.k_pos[s] : -1;
-        kp[tid] = pk;
-        for (int qi = 0; qi < nq; qi++) vis = vis || key_visible(pk, qp[qi], a.window);
-      }
-      if (!__syncthreads_or(vis)) continue;
-      for (int j = warp; j < BK; j += kFlashThreads / 32) {
-        const int64_t s = s0 + j;
-        const bool in = s < a.S;
-        const float* kr = a.k + (in ? s : 0) * a.skS + kh * a.skH;
-        if (rows4) {
-          for (int d4 = lane; d4 < D / 4; d4 += 32) cp_async16(ks + j * ldq + 4 * d4, kr + 4 * d4, in);
-        } else {
-          for (int d = lane; d < D; d += 32) ks[j * ldq + d] = in ? kr[d] : 0.0f;
-        }
-      }
-      cp_async_commit();
-      for (int j = warp; j < BK; j += kFlashThreads / 32) {
-        const int64_t s = s0 + j;
-        const bool in = s < a.S;
-        const float* vr = a.v + (in ? s : 0) * a.svS + kh * a.svH;
-        if (rows4) {
-          for (int d4 = lane; d4 < Dv / 4; d4 += 32) cp_async16(vs + j * ldv + 4 * d4, vr + 4 * d4, in);
-        } else {
-          for (int d = lane; d < Dv; d += 32) vs[j * ldv + d] = in ? vr[d] : 0.0f;
-        }
-      }
-      cp_async_commit();
+    int cur = 0;
+    int64_t s0 = next_step(0, kp, nq);
+    if (s0 < a.S) load_rows(ks, ldq, a.k, a.skS, a.skH, D, s0);
+    while (s0 < a.S) {
+      load_rows(vs, ldv, a.v, a.svS, a.svH, Dv, s0);
       cp_async_wait<1>();
-      __syncthreads();  // the key rows are in place
+      __syncthreads();  // this step's key rows (and, the first time, the queries) are in place
       {
-        float sc[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        float bb[2][4] = {}, cr[2][4] = {};  // big·big and the two cross terms, for each of a chunk's two MMAs
         const float* kr = ks + (sblock * 8 + g) * ldq + 4 * t;
         const float* q0 = qb + g * ldq + 4 * t;
         const float* q1 = q0 + 8 * ldq;
@@ -2319,37 +2335,70 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
             split_tf32(x0.w, ab[1][2], as[1][2]);
             split_tf32(x1.w, ab[1][3], as[1][3]);
           }
-          mma_3xtf32(sc, ab[0], as[0], kv.x, kv.y);
-          mma_3xtf32(sc, ab[1], as[1], kv.z, kv.w);
+          mma_3xtf32(bb[0], cr[0], ab[0], as[0], kv.x, kv.y);
+          mma_3xtf32(bb[1], cr[1], ab[1], as[1], kv.z, kv.w);
         }
+        float sc[4];
+#pragma unroll
+        for (int i = 0; i < 4; i++) sc[i] = (bb[0][i] + bb[1][i]) + (cr[0][i] + cr[1][i]);
         float* out = sp + spart * kTileQ * kFlashLdp + sblock * 8 + 2 * t;
         *reinterpret_cast<float2*>(out + g * kFlashLdp) = make_float2(sc[0], sc[1]);
         *reinterpret_cast<float2*>(out + (g + 8) * kFlashLdp) = make_float2(sc[2], sc[3]);
       }
-      __syncthreads();  // every part's scores are in place
-      // Each query's online-softmax step by one warp, a lane a key; P replaces part 0's scores.
-      for (int qi = warp; qi < kTileQ; qi += kFlashThreads / 32) {
-        float s = 0.0f;
-        bool vis = false;
-        if (lane < BK) {
-          for (int p = 0; p < f.ksplit; p++) s += sp[(p * kTileQ + qi) * kFlashLdp + lane];
-          vis = key_visible(kp[lane], qp[qi], a.window);
+      // The next visible step (its barriers also put every part's scores in place and free the key rows), whose
+      // key rows then arrive during this step's softmax and P·V.
+      const int64_t s1 = next_step(s0 + BK, kp + (cur ^ 1) * BK, nq);
+      if (s1 < a.S) {
+        load_rows(ks, ldq, a.k, a.skS, a.skH, D, s1);
+      } else {
+        cp_async_commit();  // an empty group: the wait below counts the same groups either way
+      }
+      // Each query's online-softmax step by one warp, a lane a key; P replaces part 0's scores. A warp's two
+      // queries side by side.
+      {
+        const int32_t* kpc = kp + cur * BK;
+        float score[2], mo[2], mn[2], pr[2], sum[2];
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          const int qi = warp + 8 * r;
+          float s = 0.0f;
+          bool vis = false;
+          if (lane < BK) {
+            for (int p = 0; p < f.ksplit; p++) s += sp[(p * kTileQ + qi) * kFlashLdp + lane];
+            vis = key_visible(kpc[lane], qp[qi], a.window);
+          }
+          score[r] = vis ? a.scale * s : -INFINITY;
+          mo[r] = ms[qi];
+          mn[r] = score[r];
         }
-        const float score = vis ? a.scale * s : -INFINITY;
-        const float mo = ms[qi];
-        const float mn = fmaxf(mo, group_max(score, 32));
-        const float pr = vis ? expf(score - mn) : 0.0f;
-        const float sum = group_sum(pr, 32);
-        if (lane < BK) sp[qi * kFlashLdp + lane] = pr;
-        if (lane == 0) {
-          const float c = mn == -INFINITY ? 1.0f : expf(mo - mn);
-          cs[qi] = c;
-          ls[qi] = ls[qi] * c + sum;
-          ms[qi] = mn;
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+          for (int r = 0; r < 2; r++) mn[r] = fmaxf(mn[r], __shfl_xor_sync(0xffffffffu, mn[r], o));
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          mn[r] = fmaxf(mo[r], mn[r]);
+          pr[r] = score[r] == -INFINITY ? 0.0f : expf(score[r] - mn[r]);
+          sum[r] = pr[r];
+        }
+#pragma unroll
+        for (int o = 16; o > 0; o >>= 1)
+#pragma unroll
+          for (int r = 0; r < 2; r++) sum[r] += __shfl_xor_sync(0xffffffffu, sum[r], o);
+#pragma unroll
+        for (int r = 0; r < 2; r++) {
+          const int qi = warp + 8 * r;
+          if (lane < BK) sp[qi * kFlashLdp + lane] = pr[r];
+          if (lane == 0) {
+            const float c = mn[r] == -INFINITY ? 1.0f : expf(mo[r] - mn[r]);
+            cs[qi] = c;
+            ls[qi] = ls[qi] * c + sum[r];
+            ms[qi] = mn[r];
+          }
         }
       }
-      cp_async_wait<0>();
-      __syncthreads();  // the probabilities and the value rows are in place
+      cp_async_wait<1>();
+      __syncthreads();  // the probabilities and this step's value rows are in place
       const float c0 = cs[g], c1 = cs[g + 8];
 #pragma unroll
       for (int i = 0; i < 8; i++)
@@ -2371,11 +2420,13 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
 #pragma unroll
         for (int i = 0; i < 8; i++) {
           const int nb = warp + 8 * i;
-          if (nb < nbv) mma_3xtf32(acc[i], pb, ps, v0[8 * nb], v0[ldv + 8 * nb]);
+          if (nb < nbv) mma_3xtf32(acc[i], acc[i], pb, ps, v0[8 * nb], v0[ldv + 8 * nb]);
         }
       }
+      __syncthreads();  // P·V has read the value rows and the probabilities
+      s0 = s1;
+      cur ^= 1;
     }
-    __syncthreads();  // the last step's denominators are in place
 #pragma unroll
     for (int i = 0; i < 8; i++) {
       const int col = (warp + 8 * i) * 8 + 2 * t;
@@ -2390,6 +2441,7 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
         if (col + 1 < Dv) o[1] = l > 0.0f ? acc[i][2 * half + 1] / l : 0.0f;
       }
     }
+    __syncthreads();  // the outputs have read the denominators before another tile replaces them
   }
 }
 

@@ -2119,14 +2119,16 @@ __global__ void __launch_bounds__(256) attention_group_merge_kernel(AttentionArg
 
 // ---------------------------------------------------------------- a prompt's attention on tensor cores
 
-// x ≈ big + small, each a tf32: big is x rounded to 11 significant bits (half away from zero, by adding half a
-// tf32 unit to x's bits; x is finite), small the exact rest x - big truncated to 11. A product of two such pairs
-// without its small·small term is within about 2^-20 of the f32 product, so three tf32 MMAs (small·big, big·small,
-// big·big, summed in f32) stand in for f32 multiply-adds. Four integer and float instructions a value (the
-// `cvt.rna.tf32.f32` conversion took about ten, with its checks for infinities, and was most of the kernel's).
+// x ≈ big + small, each a tf32: big is x rounded to 11 significant bits, small the exact rest x - big rounded to 11
+// (each half away from zero, by adding half a tf32 unit to the bits and masking; x is finite). A product of two
+// such pairs without its small·small term is within about 2^-21 of the f32 product, so three tf32 MMAs
+// (small·big, big·small, big·big, summed in f32) stand in for f32 multiply-adds. Five integer and float
+// instructions a value (the `cvt.rna.tf32.f32` conversion took about ten, with its checks for infinities, and was
+// most of the kernel's).
+__device__ __forceinline__ uint32_t round_tf32(uint32_t bits) { return (bits + 0x1000u) & 0xffffe000u; }
 __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
-  big = (__float_as_uint(x) + 0x1000u) & 0xffffe000u;
-  small = __float_as_uint(x - __uint_as_float(big)) & 0xffffe000u;
+  big = round_tf32(__float_as_uint(x));
+  small = round_tf32(__float_as_uint(x - __uint_as_float(big)));
 }
 // d += a · b for one 16×8 (a, tf32, row-major) by 8×8 (b) tile, f32 accumulators.
 __device__ __forceinline__ void mma_tf32_1688(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

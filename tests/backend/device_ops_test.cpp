@@ -837,6 +837,7 @@ TEST(DeviceOps, Attention) {
       int64_t T, S, Hq, Hkv, D, Dv;
       int window, empty_every;
       bool v_in_k;  // values as the first Dv columns of the keys (GLM's latent cache)
+      float amp = 1.0f;  // queries and keys scaled by it: scores of about amp² standard deviations, a peaked softmax
     };
     for (Case c : {Case{1, 1, 1, 1, 16, 16, 0, 0, false}, Case{1, 70, 8, 1, 256, 256, 0, 0, false},
                    Case{4, 19, 4, 2, 33, 17, 0, 0, false}, Case{5, 40, 8, 2, 512, 512, 8, 0, false},
@@ -851,6 +852,9 @@ TEST(DeviceOps, Attention) {
                    Case{300, 300, 8, 1, 256, 256, 0, 3, false}, Case{290, 320, 20, 1, 576, 512, 0, 0, true},
                    Case{512, 512, 8, 2, 256, 256, 100, 0, false}, Case{1090, 1100, 8, 1, 64, 64, 0, 7, false},
                    Case{530, 560, 20, 1, 576, 512, 200, 0, true},
+                   // Large scores (standard deviation 9; the products' rounding shows most where the softmax peaks).
+                   Case{300, 300, 8, 1, 256, 256, 0, 0, false, 3.0f}, Case{100, 130, 8, 2, 512, 512, 0, 0, false, 3.0f},
+                   Case{64, 64, 20, 1, 576, 512, 0, 0, true, 3.0f},
                    // Long contexts with few queries: the keys are split over blocks (some splits see no key).
                    Case{1, 4000, 8, 1, 256, 256, 0, 3, false}, Case{1, 1000, 8, 1, 512, 512, 512, 0, false},
                    Case{1, 2000, 20, 1, 576, 512, 0, 0, true}, Case{1, 3000, 2, 1, 64, 64, 10, 0, false},
@@ -864,9 +868,9 @@ TEST(DeviceOps, Attention) {
                    Case{3, 528, 32, 16, 256, 256, 100, 0, false}}) {
       SCOPED_TRACE(fmt::format("T={} S={} Hq={} Hkv={} D={} Dv={} window={}", c.T, c.S, c.Hq, c.Hkv, c.D, c.Dv,
                                c.window));
-      Tensor qbuf = random_host({c.T, c.Hq, c.D + 2});
+      Tensor qbuf = random_host({c.T, c.Hq, c.D + 2}, DType::F32, c.amp);
       Tensor q = qbuf.slice(2, 2, 2 + c.D);
-      Tensor k = random_host({c.S, c.Hkv, c.D});
+      Tensor k = random_host({c.S, c.Hkv, c.D}, DType::F32, c.amp);
       Tensor vbuf = random_host({c.S, c.Hkv, c.Dv});
       Tensor v = c.v_in_k ? k.slice(2, 0, c.Dv) : vbuf;
       std::vector<int32_t> kp(c.S), qp(c.T);

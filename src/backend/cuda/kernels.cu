@@ -2119,17 +2119,16 @@ __global__ void __launch_bounds__(256) attention_group_merge_kernel(AttentionArg
 
 // ---------------------------------------------------------------- a prompt's attention on tensor cores
 
-// x ≈ big + small, each a tf32 (x's leading 11 significant bits, then the next 11): a product of two such pairs
-// without its small·small term is within about 2^-21 of the f32 product, so three tf32 MMAs (small·big, big·small,
-// big·big, summed in f32) stand in for f32 multiply-adds.
-__device__ __forceinline__ uint32_t to_tf32(float x) {
-  uint32_t r;
-  asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
-  return r;
-}
+// x ≈ big + small, each a tf32: big is x rounded to 11 significant bits, small the exact rest x - big rounded to 11
+// (each half away from zero, by adding half a tf32 unit to the bits and masking; x is finite). A product of two
+// such pairs without its small·small term is within about 2^-21 of the f32 product, so three tf32 MMAs
+// (small·big, big·small, big·big, summed in f32) stand in for f32 multiply-adds. Five integer and float
+// instructions a value (the `cvt.rna.tf32.f32` conversion took about ten, with its checks for infinities, and was
+// most of the kernel's).
+__device__ __forceinline__ uint32_t round_tf32(uint32_t bits) { return (bits + 0x1000u) & 0xffffe000u; }
 __device__ __forceinline__ void split_tf32(float x, uint32_t& big, uint32_t& small) {
-  big = to_tf32(x);
-  small = to_tf32(x - __uint_as_float(big));
+  big = round_tf32(__float_as_uint(x));
+  small = round_tf32(__float_as_uint(x - __uint_as_float(big)));
 }
 // d += a · b for one 16×8 (a, tf32, row-major) by 8×8 (b) tile, f32 accumulators.
 __device__ __forceinline__ void mma_tf32_1688(float (&d)[4], const uint32_t (&a)[4], uint32_t b0, uint32_t b1) {

@@ -555,6 +555,34 @@ TEST(DeviceOps, FusedNormsAndGatedMatmul) {
           for (size_t i = 0; i < count; i++) expect_close(got[i], want[i], 2e-5, fmt::format("output {}", i));
         }
       }
+    // Matrices that are blocks of rows of one tensor (views, not copies): each output as the CPU computes it.
+    for (int64_t T : {3, 9, 40}) {
+      SCOPED_TRACE(fmt::format("joined rows T={}", T));
+      const int64_t K = 256, Nq = 512, Nk = 128, I = 384;
+      Tensor qkv = random_host({Nq + 2 * Nk, K}, DType::BF16, 0.1f), gu = random_host({2 * I, K}, DType::BF16, 0.1f);
+      Tensor dqkv = on(dev, qkv), dgu = on(dev, gu);
+      const int64_t r[4] = {0, Nq, Nq + Nk, Nq + 2 * Nk};
+      std::vector<Linear> cw, dw;
+      for (int i = 0; i < 3; i++) {
+        cw.push_back(dense(qkv.slice(0, r[i], r[i + 1])));
+        dw.push_back(dense(dqkv.slice(0, r[i], r[i + 1])));
+      }
+      Tensor x = random_host({T, K});
+      std::vector<Tensor> got;
+      for (int i = 0; i < 3; i++) got.push_back(be.empty({T, r[i + 1] - r[i]}, DType::F32));
+      be.matmul_many(on(dev, x), {&dw[0], &dw[1], &dw[2]}, got);
+      for (int i = 0; i < 3; i++) {
+        Tensor want = Tensor::empty({T, r[i + 1] - r[i]}, DType::F32);
+        cpu.matmul(x, cw[i], want, false);
+        expect_close(got[i], want, 2e-5, fmt::format("projection {}", i));
+      }
+      const Linear g = dense(gu.slice(0, 0, I)), u = dense(gu.slice(0, I, 2 * I));
+      const Linear dg = dense(dgu.slice(0, 0, I)), du = dense(dgu.slice(0, I, 2 * I));
+      Tensor want = Tensor::empty({T, I}, DType::F32), gated = be.empty({T, I}, DType::F32);
+      cpu.matmul_gated(x, g, &u, nullptr, Unary::GeluTanh, want);
+      be.matmul_gated(on(dev, x), dg, &du, nullptr, Unary::GeluTanh, gated);
+      expect_close(gated, want, 2e-5, "gate and up of one tensor");
+    }
     // A layer's queries (8 heads), keys (2) and weight-less values (2) in one op: each as its own op computes it
     // on this device, bit for bit. Its inputs come from a copy of the generator, so that the other checks' inputs
     // stay what they were.

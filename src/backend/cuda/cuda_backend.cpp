@@ -267,7 +267,7 @@ class CudaBackend final : public Backend {
     cuda::set_cluster_attention(!env_is("VATIC_CLUSTER_ATTENTION", "0"), !env_is("VATIC_LEAN_ATTENTION", "0"));
     cuda::set_group_attention(!env_is("VATIC_GROUP_ATTENTION", "0"), env_int("VATIC_GROUP_BLOCKS", 0, 1, 1 << 16));
     cuda::set_prefill_attention(!env_is("VATIC_TILE_PAIRS", "0"), prop.multiProcessorCount,
-                                prop.major >= 8 && !env_is("VATIC_TILE_MMA", "0"));
+                                prop.major >= 8 && !env_is("VATIC_TILE_MMA", "0"), !env_is("VATIC_TILE_SPLIT", "0"));
     // bf16 prefill GEMMs on tensor cores (compute capability 8.0 and later; VATIC_TENSOR_CORES=0: SGEMM), and the
     // bf16 GEMV of decode and verification too with VATIC_GEMV_TENSOR_CORES=1 (cheaper verification, slower decode:
     // docs/gpu.md).
@@ -499,25 +499,8 @@ class CudaBackend final : public Backend {
               "matmul");
       return;
     }
-    if (!w.quantized() && w.weight.dtype() == DType::BF16 && tensor_cores_) {
-      // bf16 weights on tensor cores: x as three bf16 parts (hi + mid + lo = x exactly), three bf16 GEMMs with f32
-      // accumulation whose products are exactly x·w, summed into y. Blocks of at most 64 MB of parts.
-      const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(64) << 20) / 6 / std::max<int64_t>(K, 1)));
-      Tensor parts = empty({3, rows, K}, DType::BF16);
-      for (int64_t t0 = 0; t0 < T; t0 += rows) {
-        const int64_t n = std::min(rows, T - t0);
-        cuda::split_bf16x3(x.data<float>() + t0 * ldx, ldx, n, K, parts.data<uint16_t>(), stream_);
-        check_launch("matmul");
-        for (int p = 0; p < 3; p++) {
-          const float b = p ? 1.0f : beta;
-          blas_ok(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(n),
-                               static_cast<int>(K), &one, w.weight.data<uint16_t>(), CUDA_R_16BF,
-                               static_cast<int>(cw.ld), parts.data<uint16_t>() + p * n * K, CUDA_R_16BF,
-                               static_cast<int>(K), &b, y.data<float>() + t0 * ldy, CUDA_R_32F, static_cast<int>(ldy),
-                               CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
-                  "matmul");
-        }
-      }
+    if (gemm_bf16x3_takes(w)) {
+      gemm_bf16x3(x, {{w.weight.data<uint16_t>(), cw.ld, N, y.data<float>(), ldy}}, accumulate);
       return;
     }
     // Other weight types: F32 copies of row blocks, then the same SGEMM (exact F32 products, as on the CPU).
@@ -841,8 +824,65 @@ class CudaBackend final : public Backend {
     check_launch("add_rms_norm_many");
   }
 
+  // Whether a prompt's matmul by w takes the three-part bf16 GEMMs on the tensor cores.
+  bool gemm_bf16x3_takes(const Linear& w) const {
+    return tensor_cores_ && !w.quantized() && w.weight.dtype() == DType::BF16;
+  }
+  // One product of gemm_bf16x3: y[T, N] (+)= x · Wᵀ for bf16 rows W[N, K] of stride ld.
+  struct GemmJob {
+    const uint16_t* w;
+    int64_t ld, N;
+    float* y;
+    int64_t ldy;
+  };
+  // Each job's y (+)= x · Wᵀ, x [T, K] F32 rows on the tensor cores: x as three bf16 parts (hi + mid + lo = x
+  // exactly), split once for all the jobs, and three bf16 GEMMs a job with f32 accumulation whose products are
+  // exactly x·w, summed into y. Blocks of at most 64 MB of parts.
+  void gemm_bf16x3(const Tensor& x, const std::vector<GemmJob>& jobs, bool accumulate) {
+    const int64_t T = x.dim(0), K = x.dim(1), ldx = x.stride(0);
+    const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
+    const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(64) << 20) / 6 / std::max<int64_t>(K, 1)));
+    Tensor parts = empty({3, rows, K}, DType::BF16);
+    for (int64_t t0 = 0; t0 < T; t0 += rows) {
+      const int64_t n = std::min(rows, T - t0);
+      cuda::split_bf16x3(x.data<float>() + t0 * ldx, ldx, n, K, parts.data<uint16_t>(), stream_);
+      check_launch("matmul");
+      for (const GemmJob& j : jobs)
+        for (int p = 0; p < 3; p++) {
+          const float b = p ? 1.0f : beta;
+          blas_ok(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(j.N), static_cast<int>(n),
+                               static_cast<int>(K), &one, j.w, CUDA_R_16BF, static_cast<int>(j.ld),
+                               parts.data<uint16_t>() + p * n * K, CUDA_R_16BF, static_cast<int>(K), &b,
+                               j.y + t0 * j.ldy, CUDA_R_32F, static_cast<int>(j.ldy), CUBLAS_COMPUTE_32F,
+                               CUBLAS_GEMM_DEFAULT),
+                  "matmul");
+        }
+    }
+  }
+  // A prompt's matmuls of one input (x [T, K], T > 8), x split once, when they all take gemm_bf16x3 (false
+  // otherwise, nothing done).
+  bool gemm_bf16x3_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) {
+    if (x.ndim() != 2 || x.dim(0) <= 8 || x.dtype() != DType::F32 || x.stride(1) != 1) return false;
+    for (size_t i = 0; i < ws.size(); i++) {
+      const Linear& w = *ws[i];
+      const Tensor& y = ys[i];
+      if (!gemm_bf16x3_takes(w) || w.in_features() != x.dim(1) || y.ndim() != 2 || y.dtype() != DType::F32 ||
+          y.stride(1) != 1 || y.dim(0) != x.dim(0) || y.dim(1) != w.out_features())
+        return false;
+    }
+    bind();
+    Timed timed_(*this, "matmul (sgemm)");
+    std::vector<GemmJob> jobs;
+    for (size_t i = 0; i < ws.size(); i++)
+      jobs.push_back({ws[i]->weight.data<uint16_t>(), ws[i]->weight.stride(0), ws[i]->out_features(),
+                      ys[i].data<float>(), ys[i].stride(0)});
+    gemm_bf16x3(x, jobs, false);
+    return true;
+  }
+
   void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) override {
     VATIC_CHECK(ws.size() == ys.size(), "matmul_many: {} matrices, {} outputs", ws.size(), ys.size());
+    if (gemm_bf16x3_many(x, ws, ys)) return;
     const int64_t T = x.ndim() == 2 ? x.dim(0) : 0;
     bool fused = T >= 1 && T <= 8 && ws.size() <= 3 && x.dtype() == DType::F32 && x.stride(-1) == 1;
     cuda::Weight cw[3];
@@ -911,6 +951,13 @@ class CudaBackend final : public Backend {
                            m ? m->data<float>() : nullptr, m ? m->stride(0) : 0, static_cast<int>(act), N, K,
                            y.data<float>(), y.stride(0), stream_, digits_dev_)) {
         check_launch("matmul");
+        return;
+      }
+    }
+    if (T > 8 && gemm_bf16x3_takes(gate) && (!up || gemm_bf16x3_takes(*up))) {  // one split of x for both
+      Tensor g = empty(y.shape(), DType::F32), u = up ? empty(y.shape(), DType::F32) : Tensor();
+      if (up ? gemm_bf16x3_many(x, {&gate, up}, {g, u}) : gemm_bf16x3_many(x, {&gate}, {g})) {
+        gated(act, g, up ? u : *m, y);
         return;
       }
     }

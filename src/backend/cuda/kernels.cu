@@ -208,6 +208,7 @@ bool g_cluster_attention = true;  // VATIC_CLUSTER_ATTENTION=0 turns the cluster
 bool g_lean_attention = true;     // VATIC_LEAN_ATTENTION=0: verification's attention as decode's (for measuring)
 bool g_group_attention = true;    // VATIC_GROUP_ATTENTION=0: long caches by single heads (for measuring)
 bool g_tile_pairs = true;         // VATIC_TILE_PAIRS=0: a prompt's attention one tile of queries a block
+bool g_tile_split = true;         // VATIC_TILE_SPLIT=0: a short prompt's long tiles not split into two blocks
 bool g_tile_mma = false;          // a prompt's attention on tensor cores (compute capability 8.0 and later)
 int g_sms = 132;                  // the device's multiprocessors
 int g_group_blocks = 1024;        // attention_group_kernel doubles its split while it would have more blocks a query
@@ -1090,13 +1091,27 @@ __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob 
 __global__ void split_bf16x3_kernel(const float* x, int64_t ldx, int64_t T, int64_t K, __nv_bfloat16* out) {
   pdl_begin();
   const int64_t n = T * K;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    uint32_t h, m, l;  // the value's parts in the low halves (the pair's second value is 0)
-    split_bf16x3(x[(i / K) * ldx + i % K], 0.0f, h, m, l);
-    out[i] = __ushort_as_bfloat16(static_cast<unsigned short>(h));
-    out[n + i] = __ushort_as_bfloat16(static_cast<unsigned short>(m));
-    out[2 * n + i] = __ushort_as_bfloat16(static_cast<unsigned short>(l));
+  // A row per blockIdx.y (and every gridDim.y-th after), four values a thread when rows are float4-aligned.
+  const bool quads = (K & 3) == 0 && (ldx & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
+  const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * (quads ? 4 : 1);
+  if (c >= K) return;
+  for (int64_t r = blockIdx.y; r < T; r += gridDim.y) {
+    const int64_t i = r * K + c;
+    if (quads) {
+      const float4 v = *reinterpret_cast<const float4*>(x + r * ldx + c);
+      uint2 h, m, l;
+      split_bf16x3(v.x, v.y, h.x, m.x, l.x);
+      split_bf16x3(v.z, v.w, h.y, m.y, l.y);
+      *reinterpret_cast<uint2*>(out + i) = h;
+      *reinterpret_cast<uint2*>(out + n + i) = m;
+      *reinterpret_cast<uint2*>(out + 2 * n + i) = l;
+    } else {
+      uint32_t h, m, l;  // the value's parts in the low halves (the pair's second value is 0)
+      split_bf16x3(x[r * ldx + c], 0.0f, h, m, l);
+      out[i] = __ushort_as_bfloat16(static_cast<unsigned short>(h));
+      out[n + i] = __ushort_as_bfloat16(static_cast<unsigned short>(m));
+      out[2 * n + i] = __ushort_as_bfloat16(static_cast<unsigned short>(l));
+    }
   }
 }
 
@@ -2181,6 +2196,8 @@ __host__ __device__ inline FlashShape flash_shape(int64_t D, int64_t Dv, int BK,
   return f;
 }
 constexpr size_t kTileSmemMax = 110 * 1024;  // two blocks a multiprocessor
+// One part of a split tile: 16 rows of unnormalised sums, then the 16 running maxima and the 16 denominators.
+__host__ __device__ inline int64_t flash_part_floats(int64_t Dv) { return kTileQ * Dv + 2 * kTileQ; }
 FlashShape flash_pick(const AttentionArgs& a) {
   const std::pair<int, bool> order[] = {{32, true}, {32, false}, {16, false}, {8, false}};
   for (const auto& [bk, sq] : order) {
@@ -2200,7 +2217,15 @@ FlashShape flash_pick(const AttentionArgs& a) {
 // first two in the first MMA's k slots (t, t + 4) and the last two in the second's, the same for queries and
 // keys, so each product is the right one; likewise keys 2t, 2t + 1 of each 8 for P·V. Every query's sums depend
 // on the head dims and the key steps only, not on the tile.
-__global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionArgs a, FlashShape f, int paired) {
+//
+// With `parts_out` (split mode: no pairs) the grid is (heads, items) and the tiles from `split_from` on, the ones
+// that see the most keys, are split in two: part p takes the visible steps whose index is ≡ p (mod 2) and writes
+// its unnormalised sums, running maxima and denominators to `parts_out` for flash_merge_kernel (merging them here,
+// in the last part to finish, spilled registers in the loops). Items run longest first: the two parts of the last
+// tile, of the one before, ..., then the unsplit tiles from the last down, so the blocks of a prompt shorter than
+// two waves end together instead of the longest tiles running on alone.
+__global__ void __launch_bounds__(kFlashThreads, 2)
+    flash_tile_kernel(AttentionArgs a, FlashShape f, int paired, int64_t split_from, float* parts_out) {
   pdl_begin();
   extern __shared__ float4 smem4[];
   const int D = static_cast<int>(a.D), Dv = static_cast<int>(a.Dv), BK = f.BK, ldq = f.ldq, ldv = f.ldv;
@@ -2216,9 +2241,12 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
   int32_t* qp = kp + 2 * BK;                               // [16]
   int32_t* seen = qp + kTileQ;                             // [32] which of the steps scanned together has a key seen
   const int tid = threadIdx.x, lane = tid & 31, warp = tid >> 5, g = lane >> 2, t = lane & 3;
-  const int64_t h = blockIdx.y, kh = h / (a.Hq / a.Hkv), tiles = (a.T + kTileQ - 1) / kTileQ;
+  const bool split_mode = parts_out != nullptr;
+  const int64_t h = split_mode ? blockIdx.x : blockIdx.y, kh = h / (a.Hq / a.Hkv);
+  const int64_t tiles = (a.T + kTileQ - 1) / kTileQ, nsplit = tiles - split_from;
   const bool rows4 = ((reinterpret_cast<uintptr_t>(a.k) | reinterpret_cast<uintptr_t>(a.v)) & 15) == 0 &&
                      ((a.skS | a.skH | a.svS | a.svH | Dv) & 3) == 0;
+  int part = 0, parts = 1;  // this block's share of the tile's visible steps (split mode)
   // Head dims past D and value columns past Dv (up to the next 8) are read as zeros; loads never write them.
   for (int i = tid; i < BK * (f.Dp - D); i += kFlashThreads) ks[(i / (f.Dp - D)) * ldq + D + i % (f.Dp - D)] = 0.0f;
   const int Dv8 = (Dv + 7) / 8 * 8;
@@ -2234,7 +2262,7 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
       for (int qi = 0; qi < nq; qi++) vis = vis || key_visible(pk, qp[qi], a.window);
       const unsigned ball = __ballot_sync(0xffffffffu, vis);
       const unsigned seg = BK == 32 ? ball : (ball >> (lane / BK * BK)) & ((1u << BK) - 1);
-      if (lane % BK == 0) seen[tid / BK] = seg != 0;
+      if (lane % BK == 0) seen[tid / BK] = seg != 0 && (parts == 1 || ((base / BK + tid / BK) & 1) == part);
       __syncthreads();
       int first = scan;
       for (int j = 0; j < scan; j++)
@@ -2266,7 +2294,17 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
     cp_async_commit();
   };
   for (int pass = 0; pass < 1 + paired; pass++) {
-    const int64_t tile = pass == 0 ? blockIdx.x : tiles - 1 - blockIdx.x;
+    int64_t tile = pass == 0 ? blockIdx.x : tiles - 1 - blockIdx.x;
+    if (split_mode) {
+      const int64_t item = blockIdx.y;
+      if (item < 2 * nsplit) {
+        tile = tiles - 1 - item / 2;
+        part = static_cast<int>(item % 2);
+        parts = 2;
+      } else {
+        tile = tiles - 1 - nsplit - (item - 2 * nsplit);
+      }
+    }
     if (pass > 0 && tile <= blockIdx.x) break;  // the middle tile of an odd count, done in the first pass
     // (The first tile's outputs are written, and its last step is consumed, behind the barrier ending its loop.)
     const int64_t t0 = tile * kTileQ;
@@ -2426,6 +2464,26 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
       s0 = s1;
       cur ^= 1;
     }
+    if (parts == 2) {  // this part's sums, maxima and denominators for flash_merge_kernel
+      const int64_t pair = h * nsplit + (tiles - 1 - tile);
+      float* mine = parts_out + (pair * 2 + part) * flash_part_floats(Dv);
+#pragma unroll
+      for (int i = 0; i < 8; i++) {
+        const int col = (warp + 8 * i) * 8 + 2 * t;
+        if (col >= Dv) continue;
+#pragma unroll
+        for (int half = 0; half < 2; half++) {
+          const int qi = g + 8 * half;
+          mine[qi * Dv + col] = acc[i][2 * half];
+          if (col + 1 < Dv) mine[qi * Dv + col + 1] = acc[i][2 * half + 1];
+        }
+      }
+      if (tid < kTileQ) {
+        mine[kTileQ * Dv + tid] = ms[tid];
+        mine[kTileQ * Dv + kTileQ + tid] = ls[tid];
+      }
+      break;
+    }
 #pragma unroll
     for (int i = 0; i < 8; i++) {
       const int col = (warp + 8 * i) * 8 + 2 * t;
@@ -2442,6 +2500,25 @@ __global__ void __launch_bounds__(kFlashThreads, 2) flash_tile_kernel(AttentionA
     }
     __syncthreads();  // the outputs have read the denominators before another tile replaces them
   }
+}
+
+// The outputs of flash_tile_kernel's split tiles: each query's two parts rescaled to their common maximum, summed
+// and divided by the summed denominators. A block a (head, split tile, query).
+__global__ void flash_merge_kernel(AttentionArgs a, int64_t split_from, const float* parts_out) {
+  pdl_begin();
+  const int Dv = static_cast<int>(a.Dv);
+  const int64_t tiles = (a.T + kTileQ - 1) / kTileQ, nsplit = tiles - split_from;
+  const int64_t h = blockIdx.x / nsplit, j = blockIdx.x % nsplit, qi = blockIdx.y;
+  const int64_t t = (tiles - 1 - j) * kTileQ + qi;
+  if (t >= a.T) return;
+  const float* p0 = parts_out + (h * nsplit + j) * 2 * flash_part_floats(Dv);
+  const float* p1 = p0 + flash_part_floats(Dv);
+  const float m0 = p0[kTileQ * Dv + qi], m1 = p1[kTileQ * Dv + qi];
+  const float m = fmaxf(m0, m1);
+  const float w0 = m0 == -INFINITY ? 0.0f : expf(m0 - m), w1 = m1 == -INFINITY ? 0.0f : expf(m1 - m);
+  const float l = p0[kTileQ * Dv + kTileQ + qi] * w0 + p1[kTileQ * Dv + kTileQ + qi] * w1;
+  for (int col = threadIdx.x; col < Dv; col += blockDim.x)
+    a.out[t * a.soT + h * a.soH + col] = l > 0.0f ? (p0[qi * Dv + col] * w0 + p1[qi * Dv + col] * w1) / l : 0.0f;
 }
 
 int attention_tile_keys(const AttentionArgs& a) { return a.D > 256 ? 16 : 32; }
@@ -3079,8 +3156,9 @@ void set_cluster_attention(bool on, bool lean) {
   g_cluster_attention = on;
   g_lean_attention = lean;
 }
-void set_prefill_attention(bool pairs, int multiprocessors, bool tensor_cores) {
+void set_prefill_attention(bool pairs, int multiprocessors, bool tensor_cores, bool split) {
   g_tile_pairs = pairs;
+  g_tile_split = split;
   g_tile_mma = tensor_cores;
   if (multiprocessors > 0) g_sms = multiprocessors;
 }
@@ -3351,7 +3429,11 @@ void gemv_experts(const float* x, int64_t ldx, int64_t per, const int32_t* exper
 
 void split_bf16x3(const float* x, int64_t ldx, int64_t T, int64_t K, void* out, cudaStream_t s) {
   if (T * K == 0) return;
-  launch(split_bf16x3_kernel, blocks_for(T * K), kThreads, 0, s, x, ldx, T, K, static_cast<__nv_bfloat16*>(out));
+  const bool quads = K % 4 == 0 && ldx % 4 == 0 && reinterpret_cast<uintptr_t>(x) % 16 == 0;
+  const int64_t per_row = quads ? K / 4 : K;
+  const dim3 grid(static_cast<unsigned>((per_row + kThreads - 1) / kThreads),
+                  static_cast<unsigned>(std::min<int64_t>(T, 65535)));
+  launch(split_bf16x3_kernel, grid, kThreads, 0, s, x, ldx, T, K, static_cast<__nv_bfloat16*>(out));
 }
 
 void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* out, cudaStream_t s) {
@@ -3495,8 +3577,36 @@ int attention_group_split_keys(const AttentionArgs& a) {
   return (a.S + keys - 1) / keys <= 65535 ? static_cast<int>(keys) : 0;
 }
 
+// Whether a prompt's tiles go in pairs: only once the pairs still give each multiprocessor two blocks (two fit on
+// one). On an H100, E2B's 512-token prompt (256 tiles on 132 multiprocessors) was 6 % slower in pairs, 2,048
+// tokens 5 % faster.
+bool attention_tile_paired(const AttentionArgs& a) {
+  return g_tile_pairs && (a.T + kTileQ - 1) / kTileQ * a.Hq >= 4 * int64_t{g_sms};
+}
+
+// The first tile that flash_tile_kernel splits in two (the tile count when none is): without pairs, the tiles that
+// see more than a quarter of the keys the last one sees (estimated from the positions' usual layout: the prompt
+// after S - T cached keys, each query seeing the keys before it and within the window).
+int64_t flash_split_from(const AttentionArgs& a) {
+  const int64_t tiles = (a.T + kTileQ - 1) / kTileQ;
+  if (!g_tile_split || !g_tile_mma || !attention_tiles(a) || !flash_pick(a).BK || attention_tile_paired(a))
+    return tiles;
+  auto keys = [&](int64_t i) {
+    int64_t k = std::min<int64_t>(a.S, a.S - a.T + (i + 1) * kTileQ);
+    return a.window > 0 ? std::min<int64_t>(k, a.window + kTileQ) : k;
+  };
+  const int64_t last = keys(tiles - 1);
+  int64_t from = tiles;
+  while (from > 0 && 4 * keys(from - 1) > last) from--;
+  return from;
+}
+
 size_t attention_scratch_floats(const AttentionArgs& a) {
-  if (attention_tiles(a) || attention_cluster_splits(a)) return 0;
+  if (attention_tiles(a)) {
+    const int64_t tiles = (a.T + kTileQ - 1) / kTileQ, from = flash_split_from(a);
+    return static_cast<size_t>(a.Hq * (tiles - from) * 2 * flash_part_floats(a.Dv));
+  }
+  if (attention_cluster_splits(a)) return 0;
   if (const int keys = attention_group_split_keys(a))
     return static_cast<size_t>(a.T * a.Hq * ((a.S + keys - 1) / keys) * (a.Dv + 2));
   const int splits = attention_splits(a);
@@ -3524,13 +3634,19 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
       cudaFuncSetAttribute(flash_tile_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, kTileSmemMax);
       tiles_raised = true;
     }
-    // Tiles in pairs once the pairs still give each multiprocessor two blocks (two fit on one): on an H100, E2B's
-    // 512-token prompt (256 tiles on 132 multiprocessors) was 6 % slower in pairs, 2,048 tokens 5 % faster.
     const int64_t tiles = (a.T + kTileQ - 1) / kTileQ;
-    const int paired = g_tile_pairs && tiles * a.Hq >= 4 * int64_t{g_sms} ? 1 : 0;
+    const int paired = attention_tile_paired(a) ? 1 : 0;
     dim3 grid(static_cast<unsigned>(paired ? (tiles + 1) / 2 : tiles), static_cast<unsigned>(a.Hq));
     if (const FlashShape f = g_tile_mma ? flash_pick(a) : FlashShape{}; f.BK) {
-      launch(flash_tile_kernel, grid, kFlashThreads, f.smem, s, a, f, paired);
+      const int64_t from = flash_split_from(a), nsplit = tiles - from;
+      if (nsplit > 0) {
+        launch(flash_tile_kernel, dim3(static_cast<unsigned>(a.Hq), static_cast<unsigned>(tiles + nsplit)),
+               kFlashThreads, f.smem, s, a, f, 0, from, scratch);
+        launch(flash_merge_kernel, dim3(static_cast<unsigned>(a.Hq * nsplit), kTileQ), 128, 0, s, a, from,
+               static_cast<const float*>(scratch));
+        return;
+      }
+      launch(flash_tile_kernel, grid, kFlashThreads, f.smem, s, a, f, paired, tiles, static_cast<float*>(nullptr));
       return;
     }
     launch(attention_tile_kernel, grid, kTileThreads, attention_tile_smem(a), s, a, attention_tile_keys(a), paired);

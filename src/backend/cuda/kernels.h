@@ -59,8 +59,10 @@ void set_cluster_attention(bool on, bool lean = true);
 void set_group_attention(bool on, int blocks = 0);
 // A prompt's attention takes its query tiles in pairs (first with last) once they number four times the
 // multiprocessors (on by default; the same bits either way), and computes its two products on the tensor cores in
-// three tf32 parts each (`tensor_cores`; otherwise f32 multiply-adds on the CUDA cores).
-void set_prefill_attention(bool pairs, int multiprocessors, bool tensor_cores);
+// three tf32 parts each (`tensor_cores`; otherwise f32 multiply-adds on the CUDA cores). On the tensor cores, a
+// prompt with fewer tiles splits the tiles that see the most keys into two blocks each, merged by a second launch
+// (`split`; the scratch of attention_scratch_floats).
+void set_prefill_attention(bool pairs, int multiprocessors, bool tensor_cores, bool split = true);
 // How finely work is split (values <= 0 keep the defaults): the warps a chunked GEMV aims for when splitting each
 // row's K, the fewest slots per split of decode attention, and the fewest weights of a quantized GEMV launch that
 // reads the input's digits.

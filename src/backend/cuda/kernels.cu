@@ -2464,26 +2464,10 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
       s0 = s1;
       cur ^= 1;
     }
-    if (parts == 2) {  // this part's sums, maxima and denominators for flash_merge_kernel
-      const int64_t pair = h * nsplit + (tiles - 1 - tile);
-      float* mine = parts_out + (pair * 2 + part) * flash_part_floats(Dv);
-#pragma unroll
-      for (int i = 0; i < 8; i++) {
-        const int col = (warp + 8 * i) * 8 + 2 * t;
-        if (col >= Dv) continue;
-#pragma unroll
-        for (int half = 0; half < 2; half++) {
-          const int qi = g + 8 * half;
-          mine[qi * Dv + col] = acc[i][2 * half];
-          if (col + 1 < Dv) mine[qi * Dv + col + 1] = acc[i][2 * half + 1];
-        }
-      }
-      if (tid < kTileQ) {
-        mine[kTileQ * Dv + tid] = ms[tid];
-        mine[kTileQ * Dv + kTileQ + tid] = ls[tid];
-      }
-      break;
-    }
+    // The rows' outputs, or for a split tile this part's unnormalised sums, maxima and denominators for
+    // flash_merge_kernel.
+    float* mine = parts == 2 ? parts_out + ((h * nsplit + (tiles - 1 - tile)) * 2 + part) * flash_part_floats(Dv)
+                             : nullptr;
 #pragma unroll
     for (int i = 0; i < 8; i++) {
       const int col = (warp + 8 * i) * 8 + 2 * t;
@@ -2491,12 +2475,19 @@ __global__ void __launch_bounds__(kFlashThreads, 2)
 #pragma unroll
       for (int half = 0; half < 2; half++) {
         const int qi = g + 8 * half;
-        if (qi >= nq) continue;
+        if (!mine && qi >= nq) continue;
         const float l = ls[qi];
-        float* o = a.out + (t0 + qi) * a.soT + h * a.soH + col;
-        o[0] = l > 0.0f ? acc[i][2 * half] / l : 0.0f;
-        if (col + 1 < Dv) o[1] = l > 0.0f ? acc[i][2 * half + 1] / l : 0.0f;
+        float* o = mine ? mine + qi * Dv + col : a.out + (t0 + qi) * a.soT + h * a.soH + col;
+        o[0] = mine ? acc[i][2 * half] : l > 0.0f ? acc[i][2 * half] / l : 0.0f;
+        if (col + 1 < Dv) o[1] = mine ? acc[i][2 * half + 1] : l > 0.0f ? acc[i][2 * half + 1] / l : 0.0f;
       }
+    }
+    if (mine) {
+      if (tid < kTileQ) {
+        mine[kTileQ * Dv + tid] = ms[tid];
+        mine[kTileQ * Dv + kTileQ + tid] = ls[tid];
+      }
+      break;
     }
     __syncthreads();  // the outputs have read the denominators before another tile replaces them
   }

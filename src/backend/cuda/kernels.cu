@@ -3577,7 +3577,8 @@ bool attention_tile_paired(const AttentionArgs& a) {
 
 // The first tile that flash_tile_kernel splits in two (the tile count when none is): without pairs, the tiles that
 // see more than a quarter of the keys the last one sees (estimated from the positions' usual layout: the prompt
-// after S - T cached keys, each query seeing the keys before it and within the window).
+// after S - T cached keys, each query seeing the keys before it and within the window; a cache's empty slots count
+// as keys here, so a cache with spare slots has more of its tiles split than the rule intends).
 int64_t flash_split_from(const AttentionArgs& a) {
   const int64_t tiles = (a.T + kTileQ - 1) / kTileQ;
   if (!g_tile_split || !g_tile_mma || !attention_tiles(a) || !flash_pick(a).BK || attention_tile_paired(a))

@@ -557,7 +557,7 @@ TEST(DeviceOps, FusedNormsAndGatedMatmul) {
       }
     // Matrices that are blocks of rows of one tensor (views, not copies): each output as the CPU computes it.
     for (int64_t T : {3, 9, 40}) {
-      SCOPED_TRACE(fmt::format("joined rows T={}", T));
+      SCOPED_TRACE(fmt::format("row blocks of one tensor T={}", T));
       const int64_t K = 256, Nq = 512, Nk = 128, I = 384;
       Tensor qkv = random_host({Nq + 2 * Nk, K}, DType::BF16, 0.1f), gu = random_host({2 * I, K}, DType::BF16, 0.1f);
       Tensor dqkv = on(dev, qkv), dgu = on(dev, gu);

@@ -1088,11 +1088,12 @@ __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob 
 }
 
 // x [T, K] (row stride ldx) as three bf16 planes [3][T, K]: hi, mid and lo parts with hi + mid + lo = x.
-__global__ void split_bf16x3_kernel(const float* x, int64_t ldx, int64_t T, int64_t K, __nv_bfloat16* out) {
+// A row per blockIdx.y (and every gridDim.y-th after), four values a thread with `quads` (rows float4-aligned, as
+// split_bf16x3 decides when it sizes the grid).
+__global__ void split_bf16x3_kernel(const float* x, int64_t ldx, int64_t T, int64_t K, bool quads,
+                                    __nv_bfloat16* out) {
   pdl_begin();
   const int64_t n = T * K;
-  // A row per blockIdx.y (and every gridDim.y-th after), four values a thread when rows are float4-aligned.
-  const bool quads = (K & 3) == 0 && (ldx & 3) == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0;
   const int64_t c = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * (quads ? 4 : 1);
   if (c >= K) return;
   for (int64_t r = blockIdx.y; r < T; r += gridDim.y) {
@@ -3424,7 +3425,7 @@ void split_bf16x3(const float* x, int64_t ldx, int64_t T, int64_t K, void* out, 
   const int64_t per_row = quads ? K / 4 : K;
   const dim3 grid(static_cast<unsigned>((per_row + kThreads - 1) / kThreads),
                   static_cast<unsigned>(std::min<int64_t>(T, 65535)));
-  launch(split_bf16x3_kernel, grid, kThreads, 0, s, x, ldx, T, K, static_cast<__nv_bfloat16*>(out));
+  launch(split_bf16x3_kernel, grid, kThreads, 0, s, x, ldx, T, K, quads, static_cast<__nv_bfloat16*>(out));
 }
 
 void dequantize_rows(const Weight& w, int64_t n0, int64_t n, int64_t K, float* out, cudaStream_t s) {

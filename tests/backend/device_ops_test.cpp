@@ -513,8 +513,12 @@ TEST(DeviceOps, FusedNormsAndGatedMatmul) {
         };
         Linear g = make(), u = make();
         Linear dg = on(dev, g), du = on(dev, u);
-        for (int64_t T : {1, 2, 3, 8, 9})
+        // A prompt of 300 rows at the widest size: more output tiles of 128 × 128 than an H100 or H200 has
+        // multiprocessors, so its bf16 parts take three accumulating GEMMs where the shorter ones take one stacked
+        // GEMM whose products the activation sums.
+        for (int64_t T : {1, 2, 3, 8, 9, 300})
           for (Unary act : {Unary::GeluTanh, Unary::Silu}) {
+            if (T == 300 && (s.N != 6144 || bits || act != Unary::GeluTanh)) continue;
             SCOPED_TRACE(fmt::format("bits {} T={} N={} K={} act {}", bits, T, s.N, s.K, static_cast<int>(act)));
             Tensor x = random_host({T, s.K}), m = random_host({T, s.N});
             Tensor want = Tensor::empty({T, s.N}, DType::F32), got = be.empty({T, s.N}, DType::F32);

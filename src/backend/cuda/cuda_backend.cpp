@@ -8,8 +8,10 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <utility>
 #include <chrono>
+#include <cmath>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -272,6 +274,13 @@ class CudaBackend final : public Backend {
     // bf16 GEMV of decode and verification too with VATIC_GEMV_TENSOR_CORES=1 (cheaper verification, slower decode:
     // docs/gpu.md).
     tensor_cores_ = prop.major >= 8 && !env_is("VATIC_TENSOR_CORES", "0");
+    // A prompt's projections of one input (query, key and value; gate and up) side by side on streams of their own
+    // (VATIC_GEMM_STREAMS=0: one after another on the backend's stream; the same sums either way).
+    const bool gemm_streams = !env_is("VATIC_GEMM_STREAMS", "0");
+    // A prompt's product whose output would not fill the multiprocessors takes its three parts in one GEMM, summed by
+    // the op after it (VATIC_GEMM_STACK=0: three accumulating GEMMs; the same sums in the same order).
+    gemm_stack_ = !env_is("VATIC_GEMM_STACK", "0");
+    sms_ = prop.multiProcessorCount;
     cuda::set_gemv_tensor_cores(tensor_cores_ && env_is("VATIC_GEMV_TENSOR_CORES", "1"));
     // Tuning knobs for measurements (docs/gpu.md): VATIC_GEMV_WARPS, VATIC_ATTENTION_SPLIT_KEYS,
     // VATIC_GEMV_DIGITS_MIN (one threshold for int4 and int8).
@@ -286,6 +295,7 @@ class CudaBackend final : public Backend {
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
     cublasSetStream(blas_, stream_);
+    if (tensor_cores_ && gemm_streams) make_side_streams();
     for (auto& s : staging_) {
       CUDA_OK(cudaMallocHost(&s.host, kStagingBytes), "cudaMallocHost");
       CUDA_OK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate");
@@ -465,6 +475,12 @@ class CudaBackend final : public Backend {
     Timed timed_(*this, "fill");
     VATIC_CHECK(is_writable(dst.dtype()), "fill: cannot write {}", dst.describe());
     bind();
+    // Zeros (all bits clear in every number type) over contiguous memory: a memset (a cache's new slots, 1 MB in
+    // about 10 us by the element-wise kernel).
+    if (value == 0.0f && !std::signbit(value) && dst.is_contiguous()) {
+      if (dst.nbytes()) CUDA_OK(cudaMemsetAsync(dst.raw(), 0, dst.nbytes(), stream_), "cudaMemsetAsync");
+      return;
+    }
     cuda::fill(view(dst), value, stream_);
     check_launch("fill");
   }
@@ -617,6 +633,20 @@ class CudaBackend final : public Backend {
         check_launch("matmul_add_rms_norm");
         return;
       }
+    }
+    const bool stacked = T > 8 && gemm_stacks(a, W) && x.dtype() == DType::F32 && x.is_contiguous() &&
+                         y.is_contiguous() && x.numel() == T * N && y.numel() == T * N &&
+                         (!n || (n->is_contiguous() && n->numel() == T * N));
+    if (stacked) {
+      bind();
+      Timed timed_(*this, "matmul_add_rms_norm (stacked)");
+      const Tensor wf = norm_weight(w, N, "add_rms_norm"), wn = n ? norm_weight(w_next, N, "rms_norm") : Tensor();
+      const Tensor f = gemm_bf16x3_stacked(a, {&W})[0];
+      cuda::add_rms_norm_norm(x.data<float>(), f.data<float>(), w ? wf.data<float>() : nullptr, T, N, eps, s,
+                              y.data<float>(), n && w_next ? wn.data<float>() : nullptr, n ? n->data<float>() : nullptr,
+                              stream_, T * N);
+      check_launch("matmul_add_rms_norm");
+      return;
     }
     Backend::matmul_add_rms_norm(a, W, x, w, eps, s, y, w_next, n);
   }
@@ -843,21 +873,107 @@ class CudaBackend final : public Backend {
     const float one = 1.0f, beta = accumulate ? 1.0f : 0.0f;
     const int64_t rows = std::max<int64_t>(1, std::min<int64_t>(T, (int64_t(64) << 20) / 6 / std::max<int64_t>(K, 1)));
     Tensor parts = empty({3, rows, K}, DType::BF16);
+    // Jobs after the first run on side streams beside it (each job's three GEMMs in order, so the same sums),
+    // joined back before the parts are split again or freed: a small projection's GEMMs (a key or value
+    // projection, 256 columns) fill few multiprocessors on their own.
+    const size_t side = split_done_ ? std::min(jobs.size() - 1, side_.size()) : 0;
     for (int64_t t0 = 0; t0 < T; t0 += rows) {
       const int64_t n = std::min(rows, T - t0);
       cuda::split_bf16x3(x.data<float>() + t0 * ldx, ldx, n, K, parts.data<uint16_t>(), stream_);
       check_launch("matmul");
-      for (const GemmJob& j : jobs)
+      if (side) {
+        CUDA_OK(cudaEventRecord(split_done_, stream_), "cudaEventRecord");
+      }
+      for (size_t ji = 0; ji < jobs.size(); ji++) {
+        const GemmJob& j = jobs[ji];
+        const size_t lane = ji == 0 || side == 0 ? 0 : 1 + (ji - 1) % side;
+        cublasHandle_t handle = lane ? side_[lane - 1].blas : blas_;
+        if (lane) CUDA_OK(cudaStreamWaitEvent(side_[lane - 1].stream, split_done_, 0), "cudaStreamWaitEvent");
         for (int p = 0; p < 3; p++) {
           const float b = p ? 1.0f : beta;
-          blas_ok(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(j.N), static_cast<int>(n),
+          blas_ok(cublasGemmEx(handle, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(j.N), static_cast<int>(n),
                                static_cast<int>(K), &one, j.w, CUDA_R_16BF, static_cast<int>(j.ld),
                                parts.data<uint16_t>() + p * n * K, CUDA_R_16BF, static_cast<int>(K), &b,
                                j.y + t0 * j.ldy, CUDA_R_32F, static_cast<int>(j.ldy), CUBLAS_COMPUTE_32F,
                                CUBLAS_GEMM_DEFAULT),
                   "matmul");
         }
+      }
+      for (size_t i = 0; i < side; i++) {
+        CUDA_OK(cudaEventRecord(side_[i].done, side_[i].stream), "cudaEventRecord");
+        CUDA_OK(cudaStreamWaitEvent(stream_, side_[i].done, 0), "cudaStreamWaitEvent");
+      }
     }
+  }
+  // The side streams of gemm_bf16x3, each with a cuBLAS handle of its own (its own workspace); made with the
+  // backend, not on first use, which may come while a graph is being recorded.
+  void make_side_streams() {
+    for (auto& s : side_) {
+      CUDA_OK(cudaStreamCreateWithFlags(&s.stream, cudaStreamNonBlocking), "cudaStreamCreate");
+      if (cublasCreate(&s.blas) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
+      cublasSetStream(s.blas, s.stream);
+      CUDA_OK(cudaEventCreateWithFlags(&s.done, cudaEventDisableTiming), "cudaEventCreate");
+    }
+    CUDA_OK(cudaEventCreateWithFlags(&split_done_, cudaEventDisableTiming), "cudaEventCreate");
+  }
+  // Whether a prompt's product x · Wᵀ takes its three parts in one GEMM (gemm_bf16x3_stacked): one part's output
+  // would be fewer 128 × 128 tiles than there are multiprocessors (a short prompt's narrow projections, whose
+  // three accumulating GEMMs each leave most of the GPU idle and pay a launch each), and the parts fit one block.
+  bool gemm_stacks(const Tensor& x, const Linear& w) const {
+    if (!gemm_stack_ || x.ndim() != 2 || x.dtype() != DType::F32 || x.stride(1) != 1 || !gemm_bf16x3_takes(w) ||
+        w.in_features() != x.dim(1))
+      return false;
+    const int64_t T = x.dim(0), K = x.dim(1), N = w.out_features();
+    return T > 8 && (T + 127) / 128 * ((N + 127) / 128) < sms_ && 6 * T * K <= (int64_t(64) << 20);
+  }
+  // For each w (gemm_stacks true for all), the products of x's three bf16 parts with Wᵀ in one GEMM over the parts
+  // stacked as 3T rows: [3, T, N], the hi, mid and lo products, for the op after it to sum in that order (the sums
+  // the three accumulating GEMMs of gemm_bf16x3 make). x is split once for all of them.
+  std::vector<Tensor> gemm_bf16x3_stacked(const Tensor& x, const std::vector<const Linear*>& ws) {
+    const int64_t T = x.dim(0), K = x.dim(1);
+    const float one = 1.0f, zero = 0.0f;
+    Tensor parts = empty({3, T, K}, DType::BF16);
+    cuda::split_bf16x3(x.data<float>(), x.stride(0), T, K, parts.data<uint16_t>(), stream_);
+    check_launch("matmul");
+    std::vector<Tensor> outs;
+    for (const Linear* w : ws) {
+      const int64_t N = w->out_features();
+      Tensor out = empty({3, T, N}, DType::F32);
+      blas_ok(cublasGemmEx(blas_, CUBLAS_OP_T, CUBLAS_OP_N, static_cast<int>(N), static_cast<int>(3 * T),
+                           static_cast<int>(K), &one, w->weight.data<uint16_t>(), CUDA_R_16BF,
+                           static_cast<int>(w->weight.stride(0)), parts.data<uint16_t>(), CUDA_R_16BF,
+                           static_cast<int>(K), &zero, out.data<float>(), CUDA_R_32F, static_cast<int>(N),
+                           CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
+              "matmul");
+      outs.push_back(out);
+    }
+    return outs;
+  }
+  // A prompt's matmuls of one input (up to three) when each takes its parts stacked (gemm_stacks): one split, a
+  // GEMM a matrix, and one launch that sums each output's three products into it (false otherwise, nothing done).
+  bool gemm_stacked_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) {
+    if (ws.empty() || ws.size() > 3) return false;
+    for (size_t i = 0; i < ws.size(); i++) {
+      const Tensor& y = ys[i];
+      if (!gemm_stacks(x, *ws[i]) || y.ndim() != 2 || y.dtype() != DType::F32 || y.stride(1) != 1 ||
+          y.dim(0) != x.dim(0) || y.dim(1) != ws[i]->out_features())
+        return false;
+    }
+    bind();
+    Timed timed_(*this, "matmul (stacked)");
+    const std::vector<Tensor> p = gemm_bf16x3_stacked(x, ws);
+    cuda::SumPartsJob j;
+    j.T = x.dim(0);
+    j.count = static_cast<int>(ws.size());
+    for (size_t i = 0; i < ws.size(); i++) {
+      j.parts[i] = p[i].data<float>();
+      j.y[i] = ys[i].data<float>();
+      j.N[i] = ws[i]->out_features();
+      j.ldy[i] = ys[i].stride(0);
+    }
+    cuda::sum_parts(j, stream_);
+    check_launch("matmul");
+    return true;
   }
   // A prompt's matmuls of one input (x [T, K], T > 8), x split once, when they all take gemm_bf16x3 (false
   // otherwise, nothing done).
@@ -882,6 +998,7 @@ class CudaBackend final : public Backend {
 
   void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) override {
     VATIC_CHECK(ws.size() == ys.size(), "matmul_many: {} matrices, {} outputs", ws.size(), ys.size());
+    if (gemm_stacked_many(x, ws, ys)) return;
     if (gemm_bf16x3_many(x, ws, ys)) return;
     const int64_t T = x.ndim() == 2 ? x.dim(0) : 0;
     bool fused = T >= 1 && T <= 8 && ws.size() <= 3 && x.dtype() == DType::F32 && x.stride(-1) == 1;
@@ -953,6 +1070,14 @@ class CudaBackend final : public Backend {
         check_launch("matmul");
         return;
       }
+    }
+    if (T > 8 && (up || m) && y.is_contiguous() && gemm_stacks(x, gate) && (!up || gemm_stacks(x, *up))) {
+      Timed timed_(*this, "matmul_gated (stacked)");
+      const std::vector<Tensor> p = up ? gemm_bf16x3_stacked(x, {&gate, up}) : gemm_bf16x3_stacked(x, {&gate});
+      cuda::gated(static_cast<int>(act), p[0].data<float>(), N, up ? p[1].data<float>() : m->data<float>(),
+                  up ? N : m->stride(0), N, T * N, y.data<float>(), stream_, T * N, up ? T * N : 0);
+      check_launch("gated");
+      return;
     }
     if (T > 8 && gemm_bf16x3_takes(gate) && (!up || gemm_bf16x3_takes(*up))) {  // one split of x for both
       Tensor g = empty(y.shape(), DType::F32), u = up ? empty(y.shape(), DType::F32) : Tensor();
@@ -1397,6 +1522,15 @@ class CudaBackend final : public Backend {
   mutable MemoryPool pool_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t blas_ = nullptr;
+  struct SideStream {
+    cudaStream_t stream = nullptr;
+    cublasHandle_t blas = nullptr;
+    cudaEvent_t done = nullptr;
+  };
+  std::array<SideStream, 2> side_;    // gemm_bf16x3's jobs beside the first (VATIC_GEMM_STREAMS=0: none)
+  cudaEvent_t split_done_ = nullptr;  // the parts of gemm_bf16x3's input are split (null: no side streams)
+  bool gemm_stack_ = true;
+  int sms_ = 1;
   bool tensor_cores_ = false;  // bf16 prefill GEMMs as three bf16 GEMMs on tensor cores
   Staging staging_[2];
   int* flag_host_ = nullptr;

@@ -280,10 +280,14 @@ __global__ void copy_kernel(View src, View dst, int64_t n) {
   }
 }
 
-__global__ void fill_kernel(View dst, float value, int64_t n) {
+__global__ void fill_kernel(View dst, float value, int64_t n, bool contiguous) {
   pdl_begin();
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
+    if (contiguous) {
+      store(dst.type, dst.data, i, value);
+      continue;
+    }
     int64_t rem = i, off = 0;
     for (int d = dst.ndim - 1; d >= 0; d--) {
       off += (rem % dst.shape[d]) * dst.stride[d];
@@ -478,11 +482,18 @@ __device__ __forceinline__ float inv_rms_of(float ss, float Df, float eps, float
   return __frcp_rn(__fsqrt_rn(__fadd_rn(__fdiv_rn(block_sum(ss, scratch), Df), eps)));
 }
 
-template <int Held = kNormHeld>
+// With Parts the branch is given as three products, f, f + fp and f + 2·fp (a prompt's three-part bf16 GEMMs
+// stacked in one launch), summed here in the order the accumulating GEMMs sum them. (A template parameter: as a
+// run-time choice it slowed decode's norms by half, their loads no longer all in flight at once.)
+template <int Held = kNormHeld, bool Parts = false>
 __device__ void residual_norm_row(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
-                                  float* y, const float* w2, float* n, float* scratch) {
+                                  float* y, const float* w2, float* n, float* scratch, int64_t fp = 0) {
   // Rounded intrinsics throughout: the compiler contracts nothing, whichever kernel this is inlined into.
   constexpr int U = 8;
+  auto branch = [&](int64_t i) {
+    if constexpr (Parts) return __fadd_rn(__fadd_rn(__ldcg(f + i), __ldcg(f + fp + i)), __ldcg(f + 2 * fp + i));
+    return __ldcg(f + i);
+  };
   const bool in = threadIdx.x < kNormThreads;
   const float Df = static_cast<float>(D);
   auto normed = [&](float fv, float inv, float wv) {
@@ -500,7 +511,7 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
       for (int u = 0; u < U; u++) {
         const int64_t i = threadIdx.x + (h * U + u) * kNormThreads;
         const bool ok = in && i < D;
-        fv[h][u] = ok ? __ldcg(f + i) : 0.0f;
+        fv[h][u] = ok ? branch(i) : 0.0f;
         xv[h][u] = ok ? x[i] : 0.0f;
         wv[h][u] = ok && w ? w[i] : 1.0f;
         w2v[h][u] = ok && n && w2 ? w2[i] : 1.0f;
@@ -541,7 +552,7 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int64_t i = i0 + u * kNormThreads;
-      v[u] = i < D ? __ldcg(f + i) : 0.0f;
+      v[u] = i < D ? branch(i) : 0.0f;
     }
 #pragma unroll
     for (int u = 0; u < U; u++) ss = __fadd_rn(ss, __fmul_rn(v[u], v[u]));
@@ -553,7 +564,7 @@ __device__ void residual_norm_row(const float* x, const float* f, const float* w
 #pragma unroll
     for (int u = 0; u < U; u++) {
       const int64_t i = i0 + u * kNormThreads;
-      fv[u] = i < D ? __ldcg(f + i) : 0.0f;
+      fv[u] = i < D ? branch(i) : 0.0f;
       xv[u] = i < D ? x[i] : 0.0f;
       wv[u] = i < D && w ? w[i] : 1.0f;
     }
@@ -1116,6 +1127,34 @@ __global__ void split_bf16x3_kernel(const float* x, int64_t ldx, int64_t T, int6
   }
 }
 
+// y = (p + p[n]) + p[2n] for up to three outputs (blockIdx.y), rows of N at y + r·ldy, four values a thread where
+// the rows allow it: the products of gemm_bf16x3's stacked parts summed as its accumulating GEMMs sum them.
+__global__ void sum_parts_kernel(const SumPartsJob j) {
+  pdl_begin();
+  const int g = blockIdx.y;
+  const float* p = j.parts[g];
+  const int64_t N = j.N[g], n = j.T * N, ldy = j.ldy[g];
+  float* y = j.y[g];
+  const bool quads =
+      N % 4 == 0 && ldy % 4 == 0 && ((reinterpret_cast<uintptr_t>(p) | reinterpret_cast<uintptr_t>(y)) & 15) == 0;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  if (quads) {
+    for (int64_t i = (blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x) * 4; i < n; i += step * 4) {
+      const float4 a = *reinterpret_cast<const float4*>(p + i), b = *reinterpret_cast<const float4*>(p + n + i),
+                   c = *reinterpret_cast<const float4*>(p + 2 * n + i);
+      const int64_t r = i / N, col = i - r * N;
+      *reinterpret_cast<float4*>(y + r * ldy + col) =
+          make_float4(__fadd_rn(__fadd_rn(a.x, b.x), c.x), __fadd_rn(__fadd_rn(a.y, b.y), c.y),
+                      __fadd_rn(__fadd_rn(a.z, b.z), c.z), __fadd_rn(__fadd_rn(a.w, b.w), c.w));
+    }
+    return;
+  }
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n; i += step) {
+    const int64_t r = i / N, col = i - r * N;
+    y[r * ldy + col] = __fadd_rn(__fadd_rn(p[i], p[n + i]), p[2 * n + i]);
+  }
+}
+
 // Over bf16 rows: Σ_k x[k]·a[k] (and with Two, Σ_k x[k]·b[k] of the up projection's row) by one warp, in
 // row_dot's order (lane l takes the chunks of 8 inputs l, l + 32, ..., each chunk's products summed as row_dot
 // sums them), but U chunks of both rows are asked for at once before any is used:
@@ -1379,13 +1418,14 @@ __global__ void __launch_bounds__(512) add_norm_kernel(const float* x, const flo
 }
 
 // One row of a residual norm per block of kNormThreads (see residual_norm_row).
-template <int Held>
+template <int Held, bool Parts = false>
 __global__ void add_rms_norm_kernel(const float* x, const float* f, const float* w, int64_t D, float eps, float s,
-                                    float* y, const float* w2, float* n) {
+                                    float* y, const float* w2, float* n, int64_t fp) {
   pdl_begin();
   __shared__ float scratch[32];
   const int64_t b = blockIdx.x;
-  residual_norm_row<Held>(x + b * D, f + b * D, w, D, eps, s, y + b * D, w2, n ? n + b * D : nullptr, scratch);
+  residual_norm_row<Held, Parts>(x + b * D, f + b * D, w, D, eps, s, y + b * D, w2, n ? n + b * D : nullptr, scratch,
+                                 fp);
 }
 
 // rms_norm_kernel over one head row [D] of x [T, H, D], then rope_kernel's rotation of its pairs, in one block (the
@@ -2691,13 +2731,19 @@ __global__ void unary_kernel(int op, const float* a, int64_t n, float* y) {
        i += static_cast<int64_t>(gridDim.x) * blockDim.x)
     y[i] = activate(op, a[i]);
 }
-__global__ void gated_kernel(int op, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t cols,
-                             int64_t n, float* y) {
+// With gp (up) > 0, g (u) is three products at g, g + gp, g + 2·gp, summed in the accumulating GEMMs' order.
+template <bool Parts>
+__global__ void gated_kernel(int op, const float* g, int64_t ldg, int64_t gp, const float* u, int64_t ldu,
+                             int64_t up, int64_t cols, int64_t n, float* y) {
   pdl_begin();
+  auto sum3 = [](const float* p, int64_t ps, int64_t i) {
+    if constexpr (Parts) return ps ? __fadd_rn(__fadd_rn(p[i], p[ps + i]), p[2 * ps + i]) : p[i];
+    return p[i];
+  };
   for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
        i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
     const int64_t r = i / cols, c = i - r * cols;
-    y[i] = activate(op, g[r * ldg + c]) * u[r * ldu + c];
+    y[i] = activate(op, sum3(g, gp, r * ldg + c)) * sum3(u, up, r * ldu + c);
   }
 }
 __global__ void softcap_kernel(const float* a, float cap, int64_t n, float* y) {
@@ -3182,7 +3228,13 @@ void copy(const View& src, const View& dst, cudaStream_t s) {
 void fill(const View& dst, float value, cudaStream_t s) {
   const int64_t n = numel(dst);
   if (n == 0) return;
-  launch(fill_kernel, blocks_for(n), kThreads, 0, s, dst, value, n);
+  bool contiguous = true;  // row-major without gaps: element i at offset i
+  int64_t want = 1;
+  for (int d = dst.ndim - 1; d >= 0; d--) {
+    contiguous = contiguous && (dst.shape[d] == 1 || dst.stride[d] == want);
+    want *= dst.shape[d];
+  }
+  launch(fill_kernel, blocks_for(n), kThreads, 0, s, dst, value, n, contiguous);
 }
 
 // The weight rows a warp of the chunked GEMV takes (EPI 1: gate and up rows together). Four share each x load (a
@@ -3463,13 +3515,19 @@ void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, 
                   float* y, cudaStream_t s) {
   if (rows == 0) return;
   launch(add_rms_norm_of(D), static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y,
-         static_cast<const float*>(nullptr), static_cast<float*>(nullptr));
+         static_cast<const float*>(nullptr), static_cast<float*>(nullptr), int64_t{0});
 }
 
 void add_rms_norm_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps,
-                       float scale, float* y, const float* w2, float* n, cudaStream_t s) {
+                       float scale, float* y, const float* w2, float* n, cudaStream_t s, int64_t f_parts) {
   if (rows == 0) return;
-  launch(add_rms_norm_of(D), static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y, w2, n);
+  if (f_parts) {
+    launch(long_norm_row(D) ? add_rms_norm_kernel<kNormHeldLong, true> : add_rms_norm_kernel<kNormHeld, true>,
+           static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y, w2, n, f_parts);
+    return;
+  }
+  launch(add_rms_norm_of(D), static_cast<unsigned>(rows), kNormThreads, 0, s, x, f, w, D, eps, scale, y, w2, n,
+         int64_t{0});
 }
 
 void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t D, float eps, const int32_t* pos,
@@ -3694,10 +3752,18 @@ void unary(int op, const float* a, int64_t n, float* y, cudaStream_t s) {
   if (n == 0) return;
   launch(unary_kernel, blocks_for(n), kThreads, 0, s, op, a, n, y);
 }
+void sum_parts(const SumPartsJob& j, cudaStream_t s) {
+  int64_t most = 0;
+  for (int g = 0; g < j.count; g++) most = std::max(most, j.T * j.N[g]);
+  if (most == 0) return;
+  launch(sum_parts_kernel, dim3(static_cast<unsigned>(blocks_for((most + 3) / 4)), static_cast<unsigned>(j.count)),
+         kThreads, 0, s, j);
+}
 void gated(int op, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t cols, int64_t n, float* y,
-           cudaStream_t s) {
+           cudaStream_t s, int64_t g_parts, int64_t u_parts) {
   if (n == 0) return;
-  launch(gated_kernel, blocks_for(n), kThreads, 0, s, op, g, ldg, u, ldu, cols, n, y);
+  launch(g_parts || u_parts ? gated_kernel<true> : gated_kernel<false>, blocks_for(n), kThreads, 0, s, op, g, ldg,
+         g_parts, u, ldu, u_parts, cols, n, y);
 }
 void softcap(const float* a, float cap, int64_t n, float* y, cudaStream_t s) {
   if (n == 0) return;

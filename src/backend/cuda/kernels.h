@@ -155,8 +155,9 @@ void add_rms_norm_many(const float* x, const float* f, const float* w, int64_t r
 void add_rms_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps, float scale,
                   float* y, cudaStream_t s);
 // add_rms_norm, then n = rms_norm(y)·w2 (w2 may be null) over the same rows.
+// With f_parts > 0 the branch is three products, f, f + f_parts and f + 2·f_parts (each rows × D), summed first.
 void add_rms_norm_norm(const float* x, const float* f, const float* w, int64_t rows, int64_t D, float eps,
-                       float scale, float* y, const float* w2, float* n, cudaStream_t s);
+                       float scale, float* y, const float* w2, float* n, cudaStream_t s, int64_t f_parts = 0);
 // y = rope(rms_norm(x)·w) for contiguous x, y [T, H, D] (D <= kMaxNormRopeD), n frequencies.
 void rms_norm_rope(const float* x, const float* w, int64_t T, int64_t H, int64_t D, float eps, const int32_t* pos,
                    const float* inv_freq, int64_t n, bool interleaved, float* y, cudaStream_t s);
@@ -240,9 +241,20 @@ void binary(Elementwise op, const float* a, const float* b, int64_t n, int64_t m
 void scale(const float* a, float v, int64_t n, float* y, cudaStream_t s);
 // op: the values of vatic::Unary.
 void unary(int op, const float* a, int64_t n, float* y, cudaStream_t s);
+// y = (p + p[T·N]) + p[2·T·N] for up to three outputs of T rows: the three products of a prompt's stacked bf16
+// parts, [3, T, N] each, summed into rows of N at y + r·ldy.
+struct SumPartsJob {
+  const float* parts[3] = {};
+  float* y[3] = {};
+  int64_t N[3] = {}, ldy[3] = {};
+  int64_t T = 0;
+  int count = 0;
+};
+void sum_parts(const SumPartsJob& j, cudaStream_t s);
 // y[i] = act(g) · u over n elements in rows of `cols`: row r of g at g + r·ldg, of u at u + r·ldu, of y at y + r·cols.
+// With g_parts (u_parts) > 0, g (u) is the sum of three products at g, g + g_parts and g + 2·g_parts.
 void gated(int op, const float* g, int64_t ldg, const float* u, int64_t ldu, int64_t cols, int64_t n, float* y,
-           cudaStream_t s);
+           cudaStream_t s, int64_t g_parts = 0, int64_t u_parts = 0);
 void softcap(const float* a, float cap, int64_t n, float* y, cudaStream_t s);
 void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s);
 // Rows of up to kRankTopkMax columns take one pass for any k (each element's rank counted in shared memory); longer

@@ -213,9 +213,31 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
     backend_for(dev).synchronize();
     return seconds_since(t0);
   });
+  // Time to first token: the prompt's forward and the greedy pick from its last logits row, whose token id is the
+  // first thing the host waits for.
+  double t_first = best_of(o.reps, [&] {
+    auto st = lm->new_state();
+    auto t0 = Clock::now();
+    best_token(lm->forward(*st, prompt, 1).logits);
+    return seconds_since(t0);
+  });
   std::printf("%-10s %8s %10s %10s %12s %10s\n", "test", "t/s", "ms/token", "GB/s", "floor ms", "% of bw");
   std::printf("%-10s %8.1f %10.2f %10s %12s %10s\n", fmt::format("pp{}", o.prompt).c_str(), o.prompt / t_prefill,
               1e3 * t_prefill / o.prompt, "-", "-", "-");
+  const double flops = prompt_matmul_flops(*weights, read_model_config(src), o.prompt);
+  std::printf("prompt of %d tokens: first token after %.2f ms", o.prompt, 1e3 * t_first);
+  if (flops > 0) {
+    const double rate = flops / t_prefill;
+    std::printf(", matmuls by weights %.1f %s (%.1f GFLOP)", rate >= 1e12 ? rate / 1e12 : rate / 1e9,
+                rate >= 1e12 ? "TFLOP/s" : "GFLOP/s", flops / 1e9);
+  }
+  std::printf("\n");
+  if (!dev.is_cpu()) {
+    // The weights and what stays allocated; blocks the pool keeps for the next forward count as free.
+    const DeviceMemory m = backend_for(dev).memory();
+    std::printf("device memory: %.2f GB in use of %.2f GB (the pool's free blocks not counted)\n",
+                static_cast<double>(m.total - m.free) / 1e9, static_cast<double>(m.total) / 1e9);
+  }
 
   // Decode from the prefilled state.
   auto st = lm->new_state();

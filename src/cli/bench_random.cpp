@@ -364,6 +364,26 @@ double step_bytes(const TensorStore& store, const json& config, bool mtp) {
 
 double decode_weight_bytes(const TensorStore& store, const json& config) { return step_bytes(store, config, false); }
 
+double prompt_matmul_flops(const TensorStore& store, const json& config, int64_t tokens) {
+  const ConfigSummary s = family_of(config, "config.json").summary(config, "config.json");
+  const double expert_share = s.num_experts > 0 ? static_cast<double>(s.experts_per_token) / s.num_experts : 1.0;
+  double per_token = 0, once = 0;
+  for (const auto& n : store.names()) {
+    const int layer = layer_of(n);
+    if (layer >= s.num_layers || !n.ends_with(".weight")) continue;  // the model's own layers; no scales
+    const Tensor t = store.get(n);
+    if (t.ndim() < 2 || n.find("embed_tokens") != std::string::npos) continue;  // norms; tables read by row
+    if (t.dtype() != DType::BF16 && t.dtype() != DType::F16 && t.dtype() != DType::F32) return 0;
+    const double macs = static_cast<double>(t.numel()) * (n.find(".experts.") != std::string::npos ? expert_share : 1);
+    (n.starts_with("lm_head") ? once : per_token) += macs;
+  }
+  // A tied LM head (the token table) multiplies the last row only, as an untied one.
+  if (!store.has("lm_head.weight"))
+    for (const auto& n : store.names())
+      if (layer_of(n) < 0 && n.ends_with("embed_tokens.weight")) once += static_cast<double>(store.get(n).numel());
+  return 2 * (per_token * static_cast<double>(tokens) + once);
+}
+
 double builtin_drafter_step_bytes(const TensorStore& store, const json& config) {
   return step_bytes(store, config, true);
 }

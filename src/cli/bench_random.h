@@ -49,6 +49,12 @@ ModelSource random_model_in_memory(const json& config, const std::string& label,
 // model's own (GLM's MTP layer) count nothing.
 double decode_weight_bytes(const TensorStore& store, const json& config);
 
+// Floating-point operations of a prompt's matmuls by weights over `tokens` tokens (2 per multiply-add): every
+// matrix of the model's layers and outside them once per token (routed experts by their share), the LM head once
+// (a prompt's logits are its last row's), embedding tables none. Attention's own products are not counted. 0 when
+// a matrix is quantized (its count would depend on the encoding).
+double prompt_matmul_flops(const TensorStore& store, const json& config, int64_t tokens);
+
 // Bytes of weights one Gemma 4 assistant step reads: its layers and projections, the centroid table, the chosen
 // top-k clusters' rows of its embedding (all of it for a dense head).
 double drafter_step_bytes(const TensorStore& store, const json& config);

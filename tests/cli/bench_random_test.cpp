@@ -242,5 +242,18 @@ TEST_F(BenchRandom, DecodeBytesCountWhatAStepReads) {
   }
 }
 
+TEST_F(BenchRandom, PromptFlopsCountEachMatrixPerTokenAndTheHeadOnce) {
+  // Qwen3 (tied head): q, k, v, o, gate, up and down per layer and token from the config's widths, the LM head
+  // (the token table) for the last row only; norms and the table's lookups nothing.
+  const json config = read(fs::path(VATIC_FIXTURES_DIR) / "families" / "qwen3-tiny" / "config.json");
+  const TensorStore ts(ensure_random_checkpoint(config, "qwen3"));
+  const double H = config["hidden_size"], D = config["head_dim"], Hq = config["num_attention_heads"],
+               Hkv = config["num_key_value_heads"], I = config["intermediate_size"], L = config["num_hidden_layers"],
+               V = config["vocab_size"];
+  const double layer = H * Hq * D + 2 * H * Hkv * D + Hq * D * H + 3 * H * I;
+  for (int64_t T : {1, 7, 512})
+    EXPECT_DOUBLE_EQ(prompt_matmul_flops(ts, config, T), 2 * (static_cast<double>(T) * L * layer + V * H)) << T;
+}
+
 }  // namespace
 }  // namespace vatic::cli

@@ -78,6 +78,9 @@ void factored_x(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int
 
 namespace {
 
+// How far ahead of its reads a decode stream prefetches.
+constexpr int64_t kDecodeAhead = 2048;
+
 // 16 bf16 values (the first n; the rest 0) -> f32.
 inline __m512 widen16(const uint16_t* p, __mmask16 m) {
   const __m256i h = _mm256_maskz_loadu_epi16(m, p);
@@ -187,6 +190,85 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
   }
 }
 
+// Decode (one token) over S streams far apart (row r of the tile at r·span from the first), one row of each, two
+// blocks of every row per step: eight independent chains of four multiply-adds, and each stream read in address
+// order (a row, then the next row of its part), as the four-stream read sweep reads. Each row's sum is the one
+// factored_tile computes for it, operation for operation (the bias terms at each 16-group step, then per block the
+// four products in order and the block's scale), so this changes no bit.
+template <int S, int BITS>
+void factored_streams(const QGemmArgs& A, const float* x, const uint8_t* q, const uint16_t* s, const uint16_t* b,
+                      float* y, bool acc, int64_t span) {
+  static_assert(S == 4, "the tile's sums are stored four at a time");
+  const int64_t K = A.K, ldq = A.ldq, lds = A.lds, group = A.group, G = K / group;
+  const __m512i m0 = code_mask<BITS>(0), m1 = code_mask<BITS>(1), m2 = code_mask<BITS>(2), m3 = code_mask<BITS>(3);
+  __m512 a[S];
+#pragma GCC unroll 4
+  for (int r = 0; r < S; r++) a[r] = _mm512_setzero_ps();
+  alignas(64) float sf[S][16];
+  for (int64_t gb = 0; gb < G; gb += 16) {
+    const int64_t ng = std::min<int64_t>(16, G - gb);
+    const __mmask16 gm = static_cast<__mmask16>((1u << ng) - 1);
+    const __m512 xs = _mm512_loadu_ps(x + K + gb);
+#pragma GCC unroll 4
+    for (int r = 0; r < S; r++) {
+      _mm512_store_ps(sf[r], widen16(s + r * span * lds + gb, gm));
+      a[r] = _mm512_fmadd_ps(widen16(b + r * span * lds + gb, gm), xs, a[r]);
+    }
+    const int64_t k1 = (gb + ng) * group;
+    int64_t k = gb * group;
+    // NB blocks of every row from k on.
+    auto step = [&](auto nb) {
+      constexpr int NB = decltype(nb)::value;
+      __m512i wd[S][NB];
+      __m512 pr[S][NB];
+#pragma GCC unroll 4
+      for (int r = 0; r < S; r++) {
+        const uint8_t* p = q + r * span * ldq + k * BITS / 8;
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; i++) {
+          const uint8_t* pi = p + i * kFactoredBlock * BITS / 8;
+          if constexpr (BITS == 8)
+            wd[r][i] = _mm512_loadu_si512(pi);
+          else
+            wd[r][i] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pi)));
+        }
+        // The stream's bytes kDecodeAhead on, into L2 only (a cache line per step and row: two int8 blocks, or
+        // two int4 blocks and the same line again).
+#pragma GCC unroll 2
+        for (int i = 0; i < NB * BITS / 8; i++) __builtin_prefetch(p + kDecodeAhead + 64 * i, 0, 2);
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) {
+        const __m512i mj = j == 0 ? m0 : j == 1 ? m1 : j == 2 ? m2 : m3;
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; i++) {
+          const __m512 xv = _mm512_loadu_ps(x + k + i * kFactoredBlock + 16 * j);
+#pragma GCC unroll 4
+          for (int r = 0; r < S; r++) {
+            const __m512 qf = _mm512_cvtepu32_ps(_mm512_and_si512(wd[r][i], mj));
+            pr[r][i] = j == 0 ? _mm512_mul_ps(qf, xv) : _mm512_fmadd_ps(qf, xv, pr[r][i]);
+          }
+        }
+      }
+#pragma GCC unroll 2
+      for (int i = 0; i < NB; i++) {
+        const int64_t g = (k + i * kFactoredBlock) / group - gb;
+#pragma GCC unroll 4
+        for (int r = 0; r < S; r++) a[r] = _mm512_fmadd_ps(pr[r][i], _mm512_set1_ps(sf[r][g]), a[r]);
+      }
+      k += NB * kFactoredBlock;
+    };
+    while (k + 2 * kFactoredBlock <= k1) step(std::integral_constant<int, 2>{});
+    if (k < k1) step(std::integral_constant<int, 1>{});
+  }
+  alignas(16) float v[4];
+  _mm_store_ps(v, reduce4(a[0], a[1], a[2], a[3]));
+  for (int r = 0; r < S; r++) {
+    float& o = y[r * span];
+    o = acc ? o + v[r] : v[r];
+  }
+}
+
 // Decode (one token) takes 8 rows per tile: a row's block is a chain of four dependent multiply-adds, and with 4 rows
 // a one-token tile waited on those chains (a 768 × 256 int4 matrix from L2 took 8.7 µs, with 8 rows 7.9). Two or more
 // tokens keep 4 rows: 8 × 2 accumulators, partials and code words no longer fit the 32 registers. Which rows share a
@@ -204,12 +286,11 @@ void factored_rows(const QGemmArgs& a, int64_t n0, int64_t n1) {
   };
   int64_t n = n0;
   if (!SPLIT && a.T == 1) {  // (group sizes that split a block keep 4 rows: group 32 was 3 % slower with 8)
-    // The rows as four streams far apart, two rows of each per tile (as the bf16 decode rows, gemm_impl.h).
-    constexpr int kRS = 8 / kDecodeStreams;
-    const int64_t per = (n1 - n0) * a.ldq >= kDecodeStreamsMinBytes ? (n1 - n0) / kDecodeStreams / kRS * kRS : 0;
-    for (int64_t i = 0; i < per; i += kRS)
-      factored_tile<8, 1, BITS, SPLIT, kRS>(a, a.x, a.q + (n + i) * a.ldq, a.scales + (n + i) * a.lds,
-                                            a.biases + (n + i) * a.lds, a.y + n + i, a.accumulate, per);
+    // The rows as four streams far apart, one row of each per tile (as the bf16 decode rows, gemm_impl.h).
+    const int64_t per = (n1 - n0) * a.ldq >= kDecodeStreamsMinBytes ? (n1 - n0) / kDecodeStreams : 0;
+    for (int64_t i = 0; i < per; i++)
+      factored_streams<kDecodeStreams, BITS>(a, a.x, a.q + (n + i) * a.ldq, a.scales + (n + i) * a.lds,
+                                             a.biases + (n + i) * a.lds, a.y + n + i, a.accumulate, per);
     n += kDecodeStreams * per;
     for (; n + 8 <= n1; n += 8)
       factored_tile<8, 1, BITS, SPLIT>(a, a.x, a.q + n * a.ldq, a.scales + n * a.lds, a.biases + n * a.lds, a.y + n,

@@ -91,15 +91,12 @@ inline __m512i code_mask(int j) {
 }
 
 // NR rows × TR tokens. SPLIT: the group size is not a multiple of 64, so the two 32-input halves of a block can
-// belong to different groups (lanes of the second half: 0xFF00 for int8, 0xF0F0 for int4).
-//
-// Rows need not be neighbours: row r of the tile is row (r / RS)·span + r % RS from the first (RS = NR: the NR rows
-// from there on), so that a decode tile can read several streams far apart. No row's sum depends on its neighbours.
-template <int NR, int TR, int BITS, bool SPLIT, int RS = NR>
+// belong to different groups (lanes of the second half: 0xFF00 for int8, 0xF0F0 for int4). No row's sum depends on
+// its neighbours.
+template <int NR, int TR, int BITS, bool SPLIT>
 void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const uint16_t* s, const uint16_t* b,
-                   float* y, bool acc, int64_t span = 0) {
+                   float* y, bool acc) {
   const int64_t K = A.K, ldx = A.ldx, ldq = A.ldq, lds = A.lds, group = A.group, G = K / group;
-  auto row = [&](int r) { return (r / RS) * span + r % RS; };
   constexpr __mmask16 kHigh = BITS == 8 ? 0xFF00 : 0xF0F0;
   const __m512i m0 = code_mask<BITS>(0), m1 = code_mask<BITS>(1), m2 = code_mask<BITS>(2), m3 = code_mask<BITS>(3);
   __m512 a[NR][TR];
@@ -113,8 +110,8 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
     const __mmask16 gm = static_cast<__mmask16>((1u << ng) - 1);
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
-      _mm512_store_ps(sf[r], widen16(s + row(r) * lds + gb, gm));
-      const __m512 bv = widen16(b + row(r) * lds + gb, gm);
+      _mm512_store_ps(sf[r], widen16(s + r * lds + gb, gm));
+      const __m512 bv = widen16(b + r * lds + gb, gm);
 #pragma GCC unroll 8
       for (int t = 0; t < TR; t++) a[r][t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(x + t * ldx + K + gb), a[r][t]);
     }
@@ -127,7 +124,7 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
       for (int r = 0; r < NR; r++) {
         sv[r] = _mm512_set1_ps(sf[r][g0]);
         if constexpr (SPLIT) sv[r] = _mm512_mask_blend_ps(kHigh, sv[r], _mm512_set1_ps(sf[r][(k + 32) / group - gb]));
-        const uint8_t* p = q + row(r) * ldq + k * BITS / 8;
+        const uint8_t* p = q + r * ldq + k * BITS / 8;
         if constexpr (BITS == 8)
           wd[r] = _mm512_loadu_si512(p);
         else
@@ -135,7 +132,7 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
         // The same inputs of the next tile's rows, into L2 only (locality 2: prefetcht1). Into L1 as well (t0)
         // held the int8 kernel to half the DRAM rate of the bf16 rows on a matrix that comes from memory (E2B's
         // 400 MB int8 head: 7.3-8.8 ms per 64 MB against 3.9-4.6 with t1).
-        if constexpr (TR <= 2) __builtin_prefetch(p + RS * ldq, 0, 2);
+        if constexpr (TR <= 2) __builtin_prefetch(p + NR * ldq, 0, 2);
       }
       __m512 pr[NR][TR];
 #pragma GCC unroll 4
@@ -160,28 +157,18 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
 #pragma GCC unroll 8
   for (int t = 0; t < TR; t++) {
     float* o = y + t * A.ldy;
-    if constexpr (NR % 4 == 0 && RS % 4 == 0) {
+    if constexpr (NR % 4 == 0) {
 #pragma GCC unroll 4
       for (int r = 0; r < NR; r += 4) {
         const __m128 v = reduce4(a[r][t], a[r + 1][t], a[r + 2][t], a[r + 3][t]);
-        float* op = o + row(r);
+        float* op = o + r;
         _mm_storeu_ps(op, acc ? _mm_add_ps(_mm_loadu_ps(op), v) : v);
-      }
-    } else if constexpr (NR % 4 == 0) {
-#pragma GCC unroll 4
-      for (int r = 0; r < NR; r += 4) {
-        alignas(16) float v[4];
-        _mm_store_ps(v, reduce4(a[r][t], a[r + 1][t], a[r + 2][t], a[r + 3][t]));
-        for (int i = 0; i < 4; i++) {
-          float& oi = o[row(r + i)];
-          oi = acc ? oi + v[i] : v[i];
-        }
       }
     } else {
 #pragma GCC unroll 8
       for (int r = 0; r < NR; r++) {
         const float v = _mm512_reduce_add_ps(a[r][t]);
-        o[row(r)] = acc ? o[row(r)] + v : v;
+        o[r] = acc ? o[r] + v : v;
       }
     }
   }

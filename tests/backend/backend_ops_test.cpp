@@ -332,7 +332,9 @@ TEST(QuantMatmul, DecodeRowsEqualVerifyRowsBitForBit) {
                        // group counts that leave a partial vector of scales (AVX2: 8 per vector, AVX-512: 16)
                        Case{4, 32, 11, 448, 5}, Case{8, 64, 19, 576, 4}, Case{4, 64, 7, 1216, 6},
                        // a megabyte of codes, read as several streams by a decode step (kDecodeStreams), rows left over
-                       Case{8, 64, 2061, 512, 3}, Case{4, 64, 4107, 512, 2}}) {
+                       Case{8, 64, 2061, 512, 3}, Case{4, 64, 4107, 512, 2},
+                       // streams whose rows end on a single block of a 16-group step, and two blocks to a group
+                       Case{8, 64, 803, 1472, 2}, Case{4, 64, 2303, 960, 3}, Case{4, 128, 1901, 1152, 2}}) {
     SCOPED_TRACE("int" + std::to_string(c.bits) + " g" + std::to_string(c.group) + " N=" + std::to_string(c.N) +
                  " K=" + std::to_string(c.K) + " T=" + std::to_string(c.T));
     QuantCase qc = random_quantized(c.N, c.K, c.bits, c.group, /*extra_rows=*/1);

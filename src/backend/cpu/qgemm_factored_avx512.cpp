@@ -91,15 +91,12 @@ inline __m512i code_mask(int j) {
 }
 
 // NR rows × TR tokens. SPLIT: the group size is not a multiple of 64, so the two 32-input halves of a block can
-// belong to different groups (lanes of the second half: 0xFF00 for int8, 0xF0F0 for int4).
-//
-// Rows need not be neighbours: row r of the tile is row (r / RS)·span + r % RS from the first (RS = NR: the NR rows
-// from there on), so that a decode tile can read several streams far apart. No row's sum depends on its neighbours.
-template <int NR, int TR, int BITS, bool SPLIT, int RS = NR>
+// belong to different groups (lanes of the second half: 0xFF00 for int8, 0xF0F0 for int4). No row's sum depends on
+// its neighbours.
+template <int NR, int TR, int BITS, bool SPLIT>
 void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const uint16_t* s, const uint16_t* b,
-                   float* y, bool acc, int64_t span = 0) {
+                   float* y, bool acc) {
   const int64_t K = A.K, ldx = A.ldx, ldq = A.ldq, lds = A.lds, group = A.group, G = K / group;
-  auto row = [&](int r) { return (r / RS) * span + r % RS; };
   constexpr __mmask16 kHigh = BITS == 8 ? 0xFF00 : 0xF0F0;
   const __m512i m0 = code_mask<BITS>(0), m1 = code_mask<BITS>(1), m2 = code_mask<BITS>(2), m3 = code_mask<BITS>(3);
   __m512 a[NR][TR];
@@ -113,8 +110,8 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
     const __mmask16 gm = static_cast<__mmask16>((1u << ng) - 1);
 #pragma GCC unroll 8
     for (int r = 0; r < NR; r++) {
-      _mm512_store_ps(sf[r], widen16(s + row(r) * lds + gb, gm));
-      const __m512 bv = widen16(b + row(r) * lds + gb, gm);
+      _mm512_store_ps(sf[r], widen16(s + r * lds + gb, gm));
+      const __m512 bv = widen16(b + r * lds + gb, gm);
 #pragma GCC unroll 8
       for (int t = 0; t < TR; t++) a[r][t] = _mm512_fmadd_ps(bv, _mm512_loadu_ps(x + t * ldx + K + gb), a[r][t]);
     }
@@ -127,7 +124,7 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
       for (int r = 0; r < NR; r++) {
         sv[r] = _mm512_set1_ps(sf[r][g0]);
         if constexpr (SPLIT) sv[r] = _mm512_mask_blend_ps(kHigh, sv[r], _mm512_set1_ps(sf[r][(k + 32) / group - gb]));
-        const uint8_t* p = q + row(r) * ldq + k * BITS / 8;
+        const uint8_t* p = q + r * ldq + k * BITS / 8;
         if constexpr (BITS == 8)
           wd[r] = _mm512_loadu_si512(p);
         else
@@ -135,7 +132,7 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
         // The same inputs of the next tile's rows, into L2 only (locality 2: prefetcht1). Into L1 as well (t0)
         // held the int8 kernel to half the DRAM rate of the bf16 rows on a matrix that comes from memory (E2B's
         // 400 MB int8 head: 7.3-8.8 ms per 64 MB against 3.9-4.6 with t1).
-        if constexpr (TR <= 2) __builtin_prefetch(p + RS * ldq, 0, 2);
+        if constexpr (TR <= 2) __builtin_prefetch(p + NR * ldq, 0, 2);
       }
       __m512 pr[NR][TR];
 #pragma GCC unroll 4
@@ -160,30 +157,97 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
 #pragma GCC unroll 8
   for (int t = 0; t < TR; t++) {
     float* o = y + t * A.ldy;
-    if constexpr (NR % 4 == 0 && RS % 4 == 0) {
+    if constexpr (NR % 4 == 0) {
 #pragma GCC unroll 4
       for (int r = 0; r < NR; r += 4) {
         const __m128 v = reduce4(a[r][t], a[r + 1][t], a[r + 2][t], a[r + 3][t]);
-        float* op = o + row(r);
+        float* op = o + r;
         _mm_storeu_ps(op, acc ? _mm_add_ps(_mm_loadu_ps(op), v) : v);
-      }
-    } else if constexpr (NR % 4 == 0) {
-#pragma GCC unroll 4
-      for (int r = 0; r < NR; r += 4) {
-        alignas(16) float v[4];
-        _mm_store_ps(v, reduce4(a[r][t], a[r + 1][t], a[r + 2][t], a[r + 3][t]));
-        for (int i = 0; i < 4; i++) {
-          float& oi = o[row(r + i)];
-          oi = acc ? oi + v[i] : v[i];
-        }
       }
     } else {
 #pragma GCC unroll 8
       for (int r = 0; r < NR; r++) {
         const float v = _mm512_reduce_add_ps(a[r][t]);
-        o[row(r)] = acc ? o[row(r)] + v : v;
+        o[r] = acc ? o[r] + v : v;
       }
     }
+  }
+}
+
+// Decode (one token) over S streams far apart (row r of the tile at r·span from the first), one row of each, two
+// blocks of every row per step: eight independent chains of four multiply-adds, and each stream read in address
+// order (a row, then the next row of its part), as the four-stream read sweep reads, left to the hardware
+// prefetchers: a prefetch 2 KB ahead into L2 in each stream was slower (64 MB int8 block at K = 1536, one thread,
+// five alternations: 29.8 against 35.0 GB/s on the median, int4 22.0 and 22.0). Each row's sum is the one
+// factored_tile computes for it, operation for operation (the bias terms at each 16-group step, then per block the
+// four products in order and the block's scale), so this changes no bit.
+template <int S, int BITS>
+void factored_streams(const QGemmArgs& A, const float* x, const uint8_t* q, const uint16_t* s, const uint16_t* b,
+                      float* y, bool acc, int64_t span) {
+  static_assert(S == 4, "the tile's sums are stored four at a time");
+  const int64_t K = A.K, ldq = A.ldq, lds = A.lds, group = A.group, G = K / group;
+  const __m512i m0 = code_mask<BITS>(0), m1 = code_mask<BITS>(1), m2 = code_mask<BITS>(2), m3 = code_mask<BITS>(3);
+  __m512 a[S];
+#pragma GCC unroll 4
+  for (int r = 0; r < S; r++) a[r] = _mm512_setzero_ps();
+  alignas(64) float sf[S][16];
+  for (int64_t gb = 0; gb < G; gb += 16) {
+    const int64_t ng = std::min<int64_t>(16, G - gb);
+    const __mmask16 gm = static_cast<__mmask16>((1u << ng) - 1);
+    const __m512 xs = _mm512_loadu_ps(x + K + gb);
+#pragma GCC unroll 4
+    for (int r = 0; r < S; r++) {
+      _mm512_store_ps(sf[r], widen16(s + r * span * lds + gb, gm));
+      a[r] = _mm512_fmadd_ps(widen16(b + r * span * lds + gb, gm), xs, a[r]);
+    }
+    const int64_t k1 = (gb + ng) * group;
+    int64_t k = gb * group;
+    // NB blocks of every row from k on.
+    auto step = [&](auto nb) {
+      constexpr int NB = decltype(nb)::value;
+      __m512i wd[S][NB];
+      __m512 pr[S][NB];
+#pragma GCC unroll 4
+      for (int r = 0; r < S; r++) {
+        const uint8_t* p = q + r * span * ldq + k * BITS / 8;
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; i++) {
+          const uint8_t* pi = p + i * kFactoredBlock * BITS / 8;
+          if constexpr (BITS == 8)
+            wd[r][i] = _mm512_loadu_si512(pi);
+          else
+            wd[r][i] = _mm512_broadcast_i64x4(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(pi)));
+        }
+      }
+#pragma GCC unroll 4
+      for (int j = 0; j < 4; j++) {
+        const __m512i mj = j == 0 ? m0 : j == 1 ? m1 : j == 2 ? m2 : m3;
+#pragma GCC unroll 2
+        for (int i = 0; i < NB; i++) {
+          const __m512 xv = _mm512_loadu_ps(x + k + i * kFactoredBlock + 16 * j);
+#pragma GCC unroll 4
+          for (int r = 0; r < S; r++) {
+            const __m512 qf = _mm512_cvtepu32_ps(_mm512_and_si512(wd[r][i], mj));
+            pr[r][i] = j == 0 ? _mm512_mul_ps(qf, xv) : _mm512_fmadd_ps(qf, xv, pr[r][i]);
+          }
+        }
+      }
+#pragma GCC unroll 2
+      for (int i = 0; i < NB; i++) {
+        const int64_t g = (k + i * kFactoredBlock) / group - gb;
+#pragma GCC unroll 4
+        for (int r = 0; r < S; r++) a[r] = _mm512_fmadd_ps(pr[r][i], _mm512_set1_ps(sf[r][g]), a[r]);
+      }
+      k += NB * kFactoredBlock;
+    };
+    while (k + 2 * kFactoredBlock <= k1) step(std::integral_constant<int, 2>{});
+    if (k < k1) step(std::integral_constant<int, 1>{});
+  }
+  alignas(16) float v[4];
+  _mm_store_ps(v, reduce4(a[0], a[1], a[2], a[3]));
+  for (int r = 0; r < S; r++) {
+    float& o = y[r * span];
+    o = acc ? o + v[r] : v[r];
   }
 }
 
@@ -204,12 +268,11 @@ void factored_rows(const QGemmArgs& a, int64_t n0, int64_t n1) {
   };
   int64_t n = n0;
   if (!SPLIT && a.T == 1) {  // (group sizes that split a block keep 4 rows: group 32 was 3 % slower with 8)
-    // The rows as four streams far apart, two rows of each per tile (as the bf16 decode rows, gemm_impl.h).
-    constexpr int kRS = 8 / kDecodeStreams;
-    const int64_t per = (n1 - n0) * a.ldq >= kDecodeStreamsMinBytes ? (n1 - n0) / kDecodeStreams / kRS * kRS : 0;
-    for (int64_t i = 0; i < per; i += kRS)
-      factored_tile<8, 1, BITS, SPLIT, kRS>(a, a.x, a.q + (n + i) * a.ldq, a.scales + (n + i) * a.lds,
-                                            a.biases + (n + i) * a.lds, a.y + n + i, a.accumulate, per);
+    // The rows as four streams far apart, one row of each per tile (as the bf16 decode rows, gemm_impl.h).
+    const int64_t per = (n1 - n0) * a.ldq >= kDecodeStreamsMinBytes ? (n1 - n0) / kDecodeStreams : 0;
+    for (int64_t i = 0; i < per; i++)
+      factored_streams<kDecodeStreams, BITS>(a, a.x, a.q + (n + i) * a.ldq, a.scales + (n + i) * a.lds,
+                                             a.biases + (n + i) * a.lds, a.y + n + i, a.accumulate, per);
     n += kDecodeStreams * per;
     for (; n + 8 <= n1; n += 8)
       factored_tile<8, 1, BITS, SPLIT>(a, a.x, a.q + n * a.ldq, a.scales + n * a.lds, a.biases + n * a.lds, a.y + n,

@@ -281,8 +281,7 @@ class CudaBackend final : public Backend {
     // the op after it (VATIC_GEMM_STACK=0: three accumulating GEMMs; the same sums in the same order).
     gemm_stack_ = !env_is("VATIC_GEMM_STACK", "0");
     sms_ = prop.multiProcessorCount;
-    cuda::set_gemv_tensor_cores(tensor_cores_ ? env_int("VATIC_GEMV_TENSOR_CORES", 0, 0, 2) : 0,
-                                env_int("VATIC_GEMV_TC_RING", 0, 2, 8));
+    cuda::set_gemv_tensor_cores(tensor_cores_ && env_is("VATIC_GEMV_TENSOR_CORES", "1"));
     // Tuning knobs for measurements (docs/gpu.md): VATIC_GEMV_WARPS, VATIC_ATTENTION_SPLIT_KEYS,
     // VATIC_GEMV_DIGITS_MIN (one threshold for int4 and int8).
     cuda::set_launch_shape(env_int("VATIC_GEMV_WARPS", 0, 1, 1 << 30),

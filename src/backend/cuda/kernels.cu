@@ -201,8 +201,7 @@ __device__ __forceinline__ void pdl_begin_at(unsigned line) {
 #define pdl_begin() pdl_begin_at(__LINE__)
 
 bool g_pdl = false;
-int g_gemv_mma = 0;  // bf16 GEMV: 0 FMA units, 1 tensor cores from registers, 2 tensor cores through shared memory
-int g_tc_ring = 4;    // stages in the shared-memory ring of gemv_tc_kernel (2 .. kTcMaxRing)
+bool g_gemv_mma = false;
 bool g_gemv_early = false;
 int g_gemv_warps = 4096;  // a chunked GEMV splits K until it has about this many warps
 bool g_cluster_attention = true;  // VATIC_CLUSTER_ATTENTION=0 turns the cluster decode attention off
@@ -439,17 +438,6 @@ __device__ __forceinline__ uint4 load_stream(const uint4* p) {
                : "=r"(r.x), "=r"(r.y), "=r"(r.z), "=r"(r.w)
                : "l"(p));
   return r;
-}
-
-// Asynchronous 16-byte copies into shared memory (zeros where !valid), in groups that complete in order.
-__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
-  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
-template <int N>
-__device__ __forceinline__ void cp_async_wait() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(N));
 }
 
 // What a chunked GEMV launch computes (see gemv_chunks_kernel). Output rows [0, n_end[0]) come from w[0] into
@@ -1102,183 +1090,6 @@ __global__ void __launch_bounds__(32 * kMmaWarps) gemv_mma_kernel(const GemvJob 
     if (!writer || tok >= T || n >= N) continue;
     float val = v[i];
     if (EPI == 1) val = activate(j.act, val) * v2[i];
-    if (EPI == 2) val = activate(j.act, val) * j.m[tok * j.ldm + n];
-    const int seg = segment(n);
-    float* out = j.y[seg] + tok * j.ldy[seg] + local(n, seg);
-    *out = j.accumulate ? *out + val : val;
-  }
-  if (EPI == 0 && j.rn.counter) residual_norm_tail(j.rn, N);
-}
-
-// The bf16 GEMV on tensor cores with its weights streamed through shared memory, for every T <= 8 (decode and
-// verification alike: a row's sum has the same bits whatever T is). A block of 4 warps owns 16 output rows (EPI 1:
-// 16 gate rows and the 16 up rows beside them) over all of K, taken in stages of kTcK inputs: a ring of `ring`
-// stages is filled by cp.async (the weights of the first ring - 1 stages before the wait on the kernel before,
-// unless a weight is computed by it), so that a block keeps up to 24 KB of weights in flight without holding
-// them in registers. Each stage's inputs are split once, by the whole block, into three bf16 parts
-// (hi + mid + lo = x exactly, so every product is the exact f32 product) that form the MMA's columns: column
-// 3·t + p is part p of input row t, 24 columns for 8 rows in NB = ceil(3T / 8) MMAs of 8 columns. Warp w takes
-// inputs [64w, 64w + 64) of every stage, as two k32 units: lane (g, tq) holds 16-byte chunk 4u + tq of weight rows
-// g and g + 8 and of column g's parts, whose values fill the k slots (2tq, 2tq + 1, 2tq + 8, 2tq + 9) of two k16
-// MMAs in chunk order (a permutation of k shared by weights and inputs). A column's sum depends on its own inputs
-// only; the warps' sums are added in warp order and the parts as (hi + mid) + lo, so T does not change a bit.
-// Shared-memory rows are 64 bytes apart modulo 128, so a quarter warp's 16-byte loads (two rows, four chunks
-// each) touch every bank once. Epilogues as in gemv_chunks_kernel.
-constexpr int kTcK = 256;                    // inputs per stage
-constexpr int kTcPitch = kTcK * 2 + 64;      // bytes per row of weights or of parts in shared memory
-constexpr int kTcXPitch = kTcK * 4 + 16;     // bytes per input row (f32) in shared memory
-constexpr int kTcMaxRing = 8;
-
-__host__ __device__ constexpr int tc_stage_bytes(int mt, int T) { return mt * 16 * kTcPitch + T * kTcXPitch; }
-__host__ __device__ constexpr int tc_smem_bytes(int mt, int T, int ring) {
-  return ring * tc_stage_bytes(mt, T) + 2 * 3 * T * kTcPitch;
-}
-
-template <int N>
-__device__ __forceinline__ void cp_async_wait_upto(int pending) {
-  if constexpr (N > 0) {
-    if (pending >= N) return cp_async_wait<N>();
-    return cp_async_wait_upto<N - 1>(pending);
-  } else {
-    cp_async_wait<0>();
-  }
-}
-
-template <int EPI, int NB>
-__global__ void __launch_bounds__(128) gemv_tc_kernel(const GemvJob j, int ring) {
-  constexpr int MT = EPI == 1 ? 2 : 1;  // 16-row tiles a block reads
-  constexpr int C = NB * 8;              // MMA columns
-  extern __shared__ __align__(16) unsigned char tc_smem[];
-  const int64_t ldx = j.ldx, K = j.K, N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
-  const int T = j.T;
-  auto segment = [&](int64_t n) { return EPI == 3 ? (n < j.n_end[0] ? 0 : n < j.n_end[1] ? 1 : 2) : 0; };
-  auto local = [&](int64_t n, int seg) { return EPI == 3 && seg ? n - j.n_end[seg - 1] : n; };
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, g = lane >> 2, tq = lane & 3;
-  const int64_t n0 = static_cast<int64_t>(blockIdx.x) * 16;
-  const int stage_bytes = tc_stage_bytes(MT, T), part_bytes = 3 * T * kTcPitch;
-  unsigned char* const parts_base = tc_smem + ring * stage_bytes;
-  // This thread's copies: row tid / 8 of each tile, its 16-byte chunks tid % 8 + 8q of each stage.
-  const int crow = tid >> 3, cchunk = tid & 7;
-  const unsigned char* wrow[MT];
-#pragma unroll
-  for (int m = 0; m < MT; m++) {
-    const int64_t n = n0 + crow;
-    const int seg = EPI == 1 ? m : segment(n);
-    wrow[m] = n < N ? static_cast<const unsigned char*>(weight_row(j.w[seg], 0, local(n, seg))) : nullptr;
-  }
-  const int64_t stages = (K + kTcK - 1) / kTcK;
-  auto load_w = [&](int64_t s) {
-    unsigned char* slot = tc_smem + (s % ring) * stage_bytes;
-    const int64_t k0 = s * kTcK;
-#pragma unroll
-    for (int m = 0; m < MT; m++)
-#pragma unroll
-      for (int q = 0; q < kTcK / 64; q++) {
-        const int c = cchunk + 8 * q;
-        const int64_t k = k0 + 8 * c;
-        const bool in = wrow[m] && k < K;
-        cp_async16(slot + (m * 16 + crow) * kTcPitch + 16 * c, in ? wrow[m] + 2 * k : j.w[0].data, in);
-      }
-  };
-  auto load_x = [&](int64_t s) {
-    unsigned char* slot = tc_smem + (s % ring) * stage_bytes + MT * 16 * kTcPitch;
-    const int64_t k0 = s * kTcK;
-    for (int i = tid; i < T * (kTcK / 4); i += 128) {
-      const int row = i / (kTcK / 4), c = i % (kTcK / 4);
-      const int64_t k = k0 + 4 * c;
-      cp_async16(slot + row * kTcXPitch + 16 * c, k < K ? j.x + row * ldx + k : j.x, k < K);
-    }
-  };
-  const bool early = j.early;
-  if (early)
-    for (int s = 0; s < ring - 1 && s < stages; s++) load_w(s);
-  pdl_begin();
-  if (EPI == 0 && j.rn.counter) residual_norm_warm(j.rn, N);
-  for (int s = 0; s < ring - 1; s++) {
-    if (s < stages) {
-      if (!early) load_w(s);
-      load_x(s);
-    }
-    cp_async_commit();
-  }
-  float acc[MT][NB][4];
-#pragma unroll
-  for (int m = 0; m < MT; m++)
-#pragma unroll
-    for (int b = 0; b < NB; b++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) acc[m][b][i] = 0.0f;
-  for (int64_t s = 0; s < stages; s++) {
-    cp_async_wait_upto<kTcMaxRing - 2>(ring - 2);  // this stage's group has landed (for this thread's copies)
-    __syncthreads();                               // ... for every thread's, and stage s - 1 is consumed
-    if (s + ring - 1 < stages) {
-      load_w(s + ring - 1);
-      load_x(s + ring - 1);
-    }
-    cp_async_commit();
-    const unsigned char* slot = tc_smem + (s % ring) * stage_bytes;
-    const unsigned char* xs = slot + MT * 16 * kTcPitch;
-    unsigned char* pb = parts_base + (s & 1) * part_bytes;
-    for (int i = tid; i < T * (kTcK / 2); i += 128) {
-      const int row = i / (kTcK / 2), k = 2 * (i % (kTcK / 2));
-      const float2 v = *reinterpret_cast<const float2*>(xs + row * kTcXPitch + 4 * k);
-      uint32_t p3[3];
-      split_bf16x3(v.x, v.y, p3[0], p3[1], p3[2]);
-#pragma unroll
-      for (int p = 0; p < 3; p++) *reinterpret_cast<uint32_t*>(pb + (3 * row + p) * kTcPitch + 2 * k) = p3[p];
-    }
-    __syncthreads();
-#pragma unroll
-    for (int u = 0; u < 2; u++) {
-      const int c = (2 * warp + u) * 4 + tq;
-      uint4 a[MT][2], b[NB];
-#pragma unroll
-      for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int h = 0; h < 2; h++)
-          a[m][h] = *reinterpret_cast<const uint4*>(slot + (m * 16 + g + 8 * h) * kTcPitch + 16 * c);
-#pragma unroll
-      for (int nb = 0; nb < NB; nb++) {
-        const int col = nb * 8 + g;
-        b[nb] = col < 3 * T ? *reinterpret_cast<const uint4*>(pb + col * kTcPitch + 16 * c) : make_uint4(0, 0, 0, 0);
-      }
-#pragma unroll
-      for (int m = 0; m < MT; m++)
-#pragma unroll
-        for (int nb = 0; nb < NB; nb++) {
-          const uint32_t a0[4] = {a[m][0].x, a[m][1].x, a[m][0].y, a[m][1].y};
-          const uint32_t a1[4] = {a[m][0].z, a[m][1].z, a[m][0].w, a[m][1].w};
-          mma_bf16_16816(acc[m][nb], a0, b[nb].x, b[nb].y);
-          mma_bf16_16816(acc[m][nb], a1, b[nb].z, b[nb].w);
-        }
-    }
-  }
-  // The warps' column sums through shared memory (the ring is free once every group has landed and been read).
-  cp_async_wait<0>();
-  __syncthreads();
-  float* P = reinterpret_cast<float*>(tc_smem);  // [warp][tile][column][row]
-#pragma unroll
-  for (int m = 0; m < MT; m++)
-#pragma unroll
-    for (int nb = 0; nb < NB; nb++)
-#pragma unroll
-      for (int i = 0; i < 4; i++) {
-        const int col = nb * 8 + 2 * tq + (i & 1), row = g + 8 * (i >> 1);
-        P[((warp * MT + m) * C + col) * 16 + row] = acc[m][nb][i];
-      }
-  __syncthreads();
-  for (int o = tid; o < 16 * T; o += 128) {
-    const int row = o & 15, tok = o >> 4;
-    const int64_t n = n0 + row;
-    if (n >= N) continue;
-    auto column = [&](int m, int p) {
-      float v = P[(m * C + 3 * tok + p) * 16 + row];
-#pragma unroll
-      for (int w = 1; w < 4; w++) v += P[((w * MT + m) * C + 3 * tok + p) * 16 + row];
-      return v;
-    };
-    float val = (column(0, 0) + column(0, 1)) + column(0, 2);
-    if (EPI == 1) val = activate(j.act, val) * ((column(MT - 1, 0) + column(MT - 1, 1)) + column(MT - 1, 2));
     if (EPI == 2) val = activate(j.act, val) * j.m[tok * j.ldm + n];
     const int seg = segment(n);
     float* out = j.y[seg] + tok * j.ldy[seg] + local(n, seg);
@@ -2393,6 +2204,15 @@ __device__ __forceinline__ void mma_3xtf32(float (&big)[4], float (&cross)[4], c
   mma_tf32_1688(big, ab, bb0, bb1);
 }
 
+__device__ __forceinline__ void cp_async16(void* smem, const void* gmem, bool valid) {
+  const unsigned s = static_cast<unsigned>(__cvta_generic_to_shared(smem));
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(s), "l"(gmem), "r"(valid ? 16 : 0));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N));
+}
 
 // The shape of a flash_tile_kernel launch: keys a step (BK: 32, 16 or 8), the query rows either kept as their two
 // tf32 parts (split_q) or as f32, and the shared-memory row strides, chosen so that every fragment load is free of
@@ -3368,10 +3188,7 @@ __global__ void route_kernel(RouteArgs a) {
 }  // namespace
 
 void set_programmatic_launch(bool on) { g_pdl = on; }
-void set_gemv_tensor_cores(int mode, int ring) {
-  g_gemv_mma = mode;
-  if (ring >= 2 && ring <= kTcMaxRing) g_tc_ring = ring;
-}
+void set_gemv_tensor_cores(bool on) { g_gemv_mma = on; }
 void set_gemv_early(bool on) { g_gemv_early = on; }
 void set_cluster_attention(bool on, bool lean) {
   g_cluster_attention = on;
@@ -3490,35 +3307,6 @@ void launch_gemv_mma(const GemvJob& j, cudaStream_t s) {
   launch(gemv_mma_kernel<EPI>, static_cast<unsigned>(blocks), 32 * block_warps, 0, s, j, parts);
 }
 
-template <int EPI, int NB>
-void launch_gemv_tc_nb(const GemvJob& j, cudaStream_t s) {
-  constexpr int MT = EPI == 1 ? 2 : 1;
-  // A ring that fits the 227 KB a block may have, and that much shared memory allowed (once per device and size).
-  int ring = g_tc_ring;
-  while (ring > 2 && tc_smem_bytes(MT, j.T, ring) > 227 * 1024) ring--;
-  const int bytes = tc_smem_bytes(MT, j.T, ring);
-  static int allowed[32] = {};
-  int device = 0;
-  cudaGetDevice(&device);
-  if (device >= 0 && device < 32 && bytes > allowed[device]) {
-    cudaFuncSetAttribute(gemv_tc_kernel<EPI, NB>, cudaFuncAttributeMaxDynamicSharedMemorySize, bytes);
-    allowed[device] = bytes;
-  }
-  const int64_t N = j.n_end[EPI == 3 ? kGemvSegments - 1 : 0];
-  const unsigned blocks = static_cast<unsigned>((N + 15) / 16);
-  launch(gemv_tc_kernel<EPI, NB>, blocks, 128, static_cast<size_t>(bytes), s, j, ring);
-}
-
-template <int EPI>
-void launch_gemv_tc(const GemvJob& job, cudaStream_t s) {
-  GemvJob j = job;
-  j.early = g_gemv_early && g_pdl;
-  for (int seg = 0; seg < kGemvSegments; seg++) j.early = j.early && !j.w[seg].computed;
-  if (j.T <= 2) return launch_gemv_tc_nb<EPI, 1>(j, s);
-  if (j.T <= 5) return launch_gemv_tc_nb<EPI, 2>(j, s);
-  launch_gemv_tc_nb<EPI, 3>(j, s);
-}
-
 // Quantized launches of at least g_digits_min_weights weights (by bits; K up to kDigitsMaxK) are read over the
 // input's digits: the digits' own launch pays for itself on them. The choice depends on the matrix only, so that
 // decode and verification rows take the same path.
@@ -3551,8 +3339,7 @@ void launch_gemv_chunks_epi(const GemvJob& job, cudaStream_t s) {
     j.xsc = scales;
     j.xsm = sums;
   }
-  if (j.w[0].bits == 0 && g_gemv_mma == 2) return launch_gemv_tc<EPI>(j, s);
-  if (j.w[0].bits == 0 && g_gemv_mma == 1) return launch_gemv_mma<EPI>(j, s);
+  if (j.w[0].bits == 0 && g_gemv_mma) return launch_gemv_mma<EPI>(j, s);
   if (gemv_rows_per_warp(EPI, j.n_end[EPI == 3 ? kGemvSegments - 1 : 0], j.T, j.w[0].bits) == 4)
     launch_gemv_chunks_bits<4, EPI>(j, s);
   else

@@ -45,11 +45,10 @@ struct Weight {
 // Launch each kernel with programmatic stream serialization (compute capability 9.0 and later): the next kernel on
 // the stream is launched while this one runs and waits, on the device, for it to finish.
 void set_programmatic_launch(bool on);
-// bf16 GEMVs of up to 8 input rows on tensor cores (each input split into three bf16 parts: exact products): mode 1
-// with the weights loaded into registers, mode 2 streamed through shared memory in a ring of `ring` stages; or,
-// mode 0 (the default), on the f32 FMA units. Decode and verification rows take the same path in every mode, so
-// greedy speculative decoding equals plain decoding under each.
-void set_gemv_tensor_cores(int mode, int ring = 0);
+// bf16 GEMVs of up to 8 input rows on tensor cores (each input split into three bf16 parts: exact products), or,
+// off (the default), on the f32 FMA units. Decode and verification rows take the same path either way, so greedy
+// speculative decoding equals plain decoding under both.
+void set_gemv_tensor_cores(bool on);
 // With programmatic launch, a chunked GEMV issues its first weight loads before it waits on the kernel before it
 // (whose tail then overlaps them), unless a weight is `computed`. The backend turns it on (docs/gpu.md).
 void set_gemv_early(bool on);

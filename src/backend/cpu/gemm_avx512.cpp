@@ -138,7 +138,29 @@ int64_t qgemm_x_avx512(const float* x, int64_t ldx, int64_t T, int64_t K, int bi
   return L;
 }
 
+// With VNNI: int4 decode and verification as integer dot products of codes and activation digits
+// (qgemm_digits_avx512.cpp); everything else as above.
+void qgemm_avx512_vnni(const QGemmArgs& a, int64_t n0, int64_t n1) {
+  if (digits_layout(a.T, a.K, a.bits, a.group)) return qgemm_digits_avx512(a, n0, n1);
+  qgemm_avx512(a, n0, n1);
+}
+
+int64_t qgemm_x_avx512_vnni(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int group,
+                            std::vector<float>& out) {
+  if (!digits_layout(T, K, bits, group)) return qgemm_x_avx512(x, ldx, T, K, bits, group, out);
+  const int64_t L = digits_width(K, group);
+  out.resize(static_cast<size_t>(T * L));
+  digits_x(x, ldx, T, K, group, out.data());
+  return L;
+}
+
 }  // namespace
+
+void fill_gemm_avx512_vnni(Kernels& k) {
+  fill_gemm_avx512(k);
+  k.qgemm = qgemm_avx512_vnni;
+  k.qgemm_x = qgemm_x_avx512_vnni;
+}
 
 void fill_gemm_avx512(Kernels& k) {
   k.gemm_bf16 = gemm_bf16;

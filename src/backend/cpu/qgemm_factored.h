@@ -36,6 +36,24 @@ void qgemm_factored_avx2(const QGemmArgs& a, int64_t n0, int64_t n1);
 // int8: a block is 16 words of 4 codes; lane i of vector j is byte j of word i (input 4i + j).
 // int4: a block is 8 words of 8 codes, loaded twice (lanes 8..15 see words 0..7 again); lane i of vector j is nibble
 // j + 4·(i / 8) of word i % 8 (input 8·(i % 8) + j + 4·(i / 8)).
+// int4 on AVX-512 VNNI (qgemm_digits_avx512.cpp): the activations as three signed 8-bit digits per input, with one
+// exponent per group, multiplied with the codes in 32-bit integers. Blocks of kDigitsBlock inputs.
+constexpr int64_t kDigitsBlock = 128;
+// Whether a quantized matmul of T tokens, K inputs and this group size runs in the digits form (its qgemm_x and
+// qgemm decide alike).
+inline bool digits_layout(int64_t T, int64_t K, int bits, int group) {
+  return bits == 4 && T > 0 && T < kFactoredMaxT && K > 0 && K % kDigitsBlock == 0 && group % 64 == 0;
+}
+// Floats per prepared activation row: 3 digit bytes per input, 16 floats (2^e) per block, the group sums padded to
+// 16.
+inline int64_t digits_width(int64_t K, int group) {
+  return 3 * K / 4 + K / kDigitsBlock * 16 + (K / group + 15) / 16 * 16;
+}
+// x [T, K] (row stride ldx) -> out [T, digits_width(K, group)].
+void digits_x(const float* x, int64_t ldx, int64_t T, int64_t K, int group, float* out);
+// Rows [n0, n1) of a matmul whose a.x was prepared by digits_x (a.ldx its row width).
+void qgemm_digits_avx512(const QGemmArgs& a, int64_t n0, int64_t n1);
+
 constexpr int factored_input(int bits, int j, int i) { return bits == 8 ? 4 * i + j : 8 * (i % 8) + j + 4 * (i / 8); }
 constexpr int factored_shift(int bits, int j, int i) { return bits == 8 ? 8 * j : 4 * (j + 4 * (i / 8)); }
 

@@ -431,6 +431,7 @@ bool cpu_has_avx512() {
   return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
          __builtin_cpu_supports("avx512vl");
 }
+bool cpu_has_avx512_vnni() { return cpu_has_avx512() && __builtin_cpu_supports("avx512vnni"); }
 bool cpu_has_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
@@ -438,11 +439,16 @@ bool cpu_has_avx2() {
 
 Kernels make(const std::string& isa) {
   Kernels k{};
-  if (isa == "avx512") {
+  if (isa == "avx512" || isa == "avx512vnni") {
     k = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot4_bf16_avx512, dot4_f32_avx512, axpy_avx512,
          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512, qgemm_x_permuted,
          permute_int4_row_avx512};
-    fill_gemm_avx512(k);
+    if (isa == "avx512vnni") {
+      k.isa = "avx512vnni";
+      fill_gemm_avx512_vnni(k);
+    } else {
+      fill_gemm_avx512(k);
+    }
     fill_vmath_avx512(k);
   } else if (isa == "avx2") {
     k = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot4_bf16_avx2, dot4_f32_avx2, axpy_avx2, nullptr, nullptr, nullptr,
@@ -464,6 +470,7 @@ bool supported(const std::string& isa) {
   if (isa == "generic") return true;
   if (isa == "avx2") return cpu_has_avx2();
   if (isa == "avx512") return cpu_has_avx512();
+  if (isa == "avx512vnni") return cpu_has_avx512_vnni();
   return false;
 }
 
@@ -472,6 +479,8 @@ const Kernels* table(const std::string& isa) {
   static const Kernels g = make("generic");
   static const Kernels a2 = supported("avx2") ? make("avx2") : g;
   static const Kernels a5 = supported("avx512") ? make("avx512") : a2;
+  static const Kernels a5v = supported("avx512vnni") ? make("avx512vnni") : a5;
+  if (isa == "avx512vnni") return &a5v;
   if (isa == "avx512") return &a5;
   if (isa == "avx2") return &a2;
   return &g;
@@ -479,13 +488,17 @@ const Kernels* table(const std::string& isa) {
 
 std::atomic<const Kernels*>& current() {
   static std::atomic<const Kernels*> k{[] {
-    std::string best = cpu_has_avx512() ? "avx512" : cpu_has_avx2() ? "avx2" : "generic";
+    std::string best = cpu_has_avx512_vnni() ? "avx512vnni"
+                       : cpu_has_avx512()    ? "avx512"
+                       : cpu_has_avx2()      ? "avx2"
+                                             : "generic";
     if (const char* env = std::getenv("VATIC_CPU_ISA"); env && *env) {
       if (supported(env)) {
         best = env;
       } else {
-        std::fprintf(stderr, "VATIC_CPU_ISA=%s is not supported here (available: generic%s%s); using %s\n", env,
-                     cpu_has_avx2() ? ", avx2" : "", cpu_has_avx512() ? ", avx512" : "", best.c_str());
+        std::fprintf(stderr, "VATIC_CPU_ISA=%s is not supported here (available: generic%s%s%s); using %s\n", env,
+                     cpu_has_avx2() ? ", avx2" : "", cpu_has_avx512() ? ", avx512" : "",
+                     cpu_has_avx512_vnni() ? ", avx512vnni" : "", best.c_str());
       }
     }
     return table(best);
@@ -501,6 +514,7 @@ std::vector<std::string> available_isas() {
   std::vector<std::string> out{"generic"};
   if (supported("avx2")) out.push_back("avx2");
   if (supported("avx512")) out.push_back("avx512");
+  if (supported("avx512vnni")) out.push_back("avx512vnni");
   return out;
 }
 

@@ -2,7 +2,7 @@
 // Inner loops of the CPU backend, compiled for several instruction sets and chosen once at run time.
 //
 // The instruction set is picked at first use: the best the CPU supports, or the one named by the environment
-// variable VATIC_CPU_ISA (generic | avx2 | avx512) when the CPU supports it. Tests switch it with set_isa().
+// variable VATIC_CPU_ISA (generic | avx2 | avx512 | avx512vnni) when the CPU supports it. Tests switch it with set_isa().
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -82,7 +82,7 @@ struct Kernels {
 
 const Kernels& kernels();
 
-// Instruction sets: "generic", "avx2", "avx512".
+// Instruction sets: "generic", "avx2", "avx512", "avx512vnni" (avx512 with VNNI's int4 matmul).
 std::vector<std::string> available_isas();  // those this CPU runs, worst first
 // Switches the kernels (tests, benchmarks). Returns false, changing nothing, for an unknown or unsupported name.
 bool set_isa(const std::string& name);
@@ -106,6 +106,7 @@ int64_t qgemm_x_permuted(const float* x, int64_t ldx, int64_t T, int64_t K, int 
 void fill_gemm_generic(Kernels& k);
 void fill_gemm_avx2(Kernels& k);
 void fill_gemm_avx512(Kernels& k);
+void fill_gemm_avx512_vnni(Kernels& k);  // fill_gemm_avx512's, with VNNI's int4 qgemm
 void fill_vmath_generic(Kernels& k);
 void fill_vmath_avx2(Kernels& k);
 void fill_vmath_avx512(Kernels& k);

@@ -288,6 +288,10 @@ class CudaBackend final : public Backend {
                            env_int("VATIC_ATTENTION_SPLIT_KEYS", 0, 1, 1 << 30),
                            env_int("VATIC_GEMV_DIGITS_MIN", 0, 1, 1 << 30));
     cuda::set_expert_chunks(env_int("VATIC_EXPERT_CHUNKS", 0, 2, 4));
+    // A verification's bf16 GEMV rows in groups of at most 4 a block, sharing weight reads through L2
+    // (VATIC_GEMV_GROUP_ROWS=n: groups of n, 0: one group; the same bits either way).
+    cuda::set_gemv_group_rows(env_int("VATIC_GEMV_GROUP_ROWS", 4, 0, 8));
+    cuda::set_norm_prefetch(!env_is("VATIC_NORM_PREFETCH", "0"));
     // The residual norm of a one-row projection in its own launch after the GEMV, as verification's rows take it,
     // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md).
     fused_norms_ = env_is("VATIC_FUSED_NORMS", "1");

@@ -67,6 +67,13 @@ void set_prefill_attention(bool pairs, int multiprocessors, bool tensor_cores, b
 // row's K, the fewest slots per split of decode attention, and the fewest weights of a quantized GEMV launch that
 // reads the input's digits.
 void set_launch_shape(int gemv_warps, int split_keys, int64_t digits_min_weights = 0);
+// The residual norm kernel asks L2 for its residual row and norm weights before waiting on the kernel before it
+// (on by default; the same bits either way).
+void set_norm_prefetch(bool on);
+// The input rows of a verification's chunked bf16 GEMV that one block takes at most (default 4): more rows go in
+// groups over blocks that read each weight once from DRAM and again from L2 (rows <= 0: every block takes all of
+// them). Each row's sum is the same whatever the grouping.
+void set_gemv_group_rows(int rows);
 // For measurements: the chunks of a row a bf16 routed-expert GEMV asks for at once (2 or 4, default 4; other
 // values keep it; the same bits either way).
 void set_expert_chunks(int chunks);

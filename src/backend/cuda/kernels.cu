@@ -718,7 +718,7 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   // launches (one or two input rows) issue their first loads before the wait, and the DRAM round trip overlaps that
   // kernel's tail; a weight computed by it (Weight::computed) is loaded after. Verification launches, and every
   // launch without early loads, load as before (in the loop for bf16): they are sensitive to register allocation.
-  const bool early = TT <= 2 && j.early;
+  const bool early = TT <= 2 && groups == 1 && j.early;  // not for a grouped verification
   if (early) load_chunks(first);
   pdl_begin();
   if (EPI == 0 && j.rn.counter) residual_norm_warm(j.rn, N);

@@ -16,25 +16,10 @@
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #pragma GCC target("avx512f,avx512bw,avx512vl,fma")
 
+#include "backend/cpu/transpose_avx512.h"  // after the target: its inline functions use AVX-512
+
 namespace vatic::cpu {
 namespace {
-
-// The index vectors of V::transpose's four stages (pairs of rows 8, 4, 2 and 1 apart), fixed at compile time. Built
-// inside the transpose they were 16 scalar stores read back by one vector load, twice per stage of every transpose
-// (a failed store-to-load forward each): most of the time of packing prefill panels that was not the permutes.
-struct TransposeIndex {
-  alignas(64) int32_t lo[4][16];
-  alignas(64) int32_t hi[4][16];
-  constexpr TransposeIndex() : lo{}, hi{} {
-    for (int b = 8, stage = 0; b >= 1; b /= 2, stage++)
-      for (int l = 0; l < 16; l++) {
-        const int g = l / (2 * b) * 2 * b, q = l % (2 * b);
-        lo[stage][l] = q < b ? g + q : 16 + g + q - b;
-        hi[stage][l] = q < b ? g + b + q : 16 + g + q;
-      }
-  }
-};
-constexpr TransposeIndex kTransposeIndex;
 
 struct V {
   using vec = __m512;
@@ -87,21 +72,14 @@ struct V {
   static float reduce(vec v) { return _mm512_reduce_add_ps(v); }
   static void reduce4(vec a, vec b, vec c, vec d, float* out) { _mm_storeu_ps(out, cpu::reduce4(a, b, c, d)); }
 
-  // 16 × 16 in four rounds of two-source permutes: round b (8, 4, 2, 1) swaps the off-diagonal b × b blocks of
-  // every 2b × 2b block (registers i and i + b, lanes grouped by 2b).
+  // 16 × 16 (transpose_avx512.h).
   static void transpose(vec* r) {
-#pragma GCC unroll 4
-    for (int b = 8, stage = 0; b >= 1; b /= 2, stage++) {
-      const __m512i il = _mm512_load_si512(kTransposeIndex.lo[stage]);
-      const __m512i ih = _mm512_load_si512(kTransposeIndex.hi[stage]);
+    __m512i v[16];
 #pragma GCC unroll 16
-      for (int i = 0; i < 16; i++) {
-        if (i & b) continue;
-        const vec a = r[i], c = r[i + b];
-        r[i] = _mm512_permutex2var_ps(a, il, c);
-        r[i + b] = _mm512_permutex2var_ps(a, ih, c);
-      }
-    }
+    for (int i = 0; i < 16; i++) v[i] = _mm512_castps_si512(r[i]);
+    transpose16(v);
+#pragma GCC unroll 16
+    for (int i = 0; i < 16; i++) r[i] = _mm512_castsi512_ps(v[i]);
   }
   static __m512i bytes(const uint8_t* p) {
     return _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));

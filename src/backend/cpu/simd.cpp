@@ -439,11 +439,14 @@ bool cpu_has_avx2() {
 
 Kernels make(const std::string& isa) {
   Kernels k{};
-  if (isa == "avx512" || isa == "avx512vnni") {
+  if (isa == "avx512" || isa == "avx512vnni" || isa == "amx") {
     k = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot4_bf16_avx512, dot4_f32_avx512, axpy_avx512,
          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512, qgemm_x_permuted,
          permute_int4_row_avx512};
-    if (isa == "avx512vnni") {
+    if (isa == "amx") {
+      k.isa = "amx";
+      fill_gemm_amx(k);
+    } else if (isa == "avx512vnni") {
       k.isa = "avx512vnni";
       fill_gemm_avx512_vnni(k);
     } else {
@@ -471,6 +474,7 @@ bool supported(const std::string& isa) {
   if (isa == "avx2") return cpu_has_avx2();
   if (isa == "avx512") return cpu_has_avx512();
   if (isa == "avx512vnni") return cpu_has_avx512_vnni();
+  if (isa == "amx") return cpu_has_avx512_vnni() && cpu_has_amx();
   return false;
 }
 
@@ -480,6 +484,8 @@ const Kernels* table(const std::string& isa) {
   static const Kernels a2 = supported("avx2") ? make("avx2") : g;
   static const Kernels a5 = supported("avx512") ? make("avx512") : a2;
   static const Kernels a5v = supported("avx512vnni") ? make("avx512vnni") : a5;
+  static const Kernels amx = supported("amx") ? make("amx") : a5v;
+  if (isa == "amx") return &amx;
   if (isa == "avx512vnni") return &a5v;
   if (isa == "avx512") return &a5;
   if (isa == "avx2") return &a2;
@@ -488,7 +494,8 @@ const Kernels* table(const std::string& isa) {
 
 std::atomic<const Kernels*>& current() {
   static std::atomic<const Kernels*> k{[] {
-    std::string best = cpu_has_avx512_vnni() ? "avx512vnni"
+    std::string best = supported("amx")          ? "amx"
+                       : cpu_has_avx512_vnni() ? "avx512vnni"
                        : cpu_has_avx512()    ? "avx512"
                        : cpu_has_avx2()      ? "avx2"
                                              : "generic";
@@ -496,9 +503,9 @@ std::atomic<const Kernels*>& current() {
       if (supported(env)) {
         best = env;
       } else {
-        std::fprintf(stderr, "VATIC_CPU_ISA=%s is not supported here (available: generic%s%s%s); using %s\n", env,
-                     cpu_has_avx2() ? ", avx2" : "", cpu_has_avx512() ? ", avx512" : "",
-                     cpu_has_avx512_vnni() ? ", avx512vnni" : "", best.c_str());
+        std::fprintf(stderr, "VATIC_CPU_ISA=%s is not supported here (available: generic%s%s%s%s); using %s\n",
+                     env, cpu_has_avx2() ? ", avx2" : "", cpu_has_avx512() ? ", avx512" : "",
+                     cpu_has_avx512_vnni() ? ", avx512vnni" : "", supported("amx") ? ", amx" : "", best.c_str());
       }
     }
     return table(best);
@@ -515,6 +522,7 @@ std::vector<std::string> available_isas() {
   if (supported("avx2")) out.push_back("avx2");
   if (supported("avx512")) out.push_back("avx512");
   if (supported("avx512vnni")) out.push_back("avx512vnni");
+  if (supported("amx")) out.push_back("amx");
   return out;
 }
 

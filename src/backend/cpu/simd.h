@@ -2,7 +2,7 @@
 // Inner loops of the CPU backend, compiled for several instruction sets and chosen once at run time.
 //
 // The instruction set is picked at first use: the best the CPU supports, or the one named by the environment
-// variable VATIC_CPU_ISA (generic | avx2 | avx512 | avx512vnni) when the CPU supports it. Tests switch it with set_isa().
+// variable VATIC_CPU_ISA (generic | avx2 | avx512 | avx512vnni | amx) when the CPU supports it. Tests switch it with set_isa().
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -82,7 +82,8 @@ struct Kernels {
 
 const Kernels& kernels();
 
-// Instruction sets: "generic", "avx2", "avx512", "avx512vnni" (avx512 with VNNI's int4 matmul).
+// Instruction sets: "generic", "avx2", "avx512", "avx512vnni" (avx512 with VNNI's int4 matmul), "amx"
+// (avx512vnni with prompts' matmuls on AMX tiles, gemm_amx.cpp).
 std::vector<std::string> available_isas();  // those this CPU runs, worst first
 // Switches the kernels (tests, benchmarks). Returns false, changing nothing, for an unknown or unsupported name.
 bool set_isa(const std::string& name);
@@ -107,6 +108,9 @@ void fill_gemm_generic(Kernels& k);
 void fill_gemm_avx2(Kernels& k);
 void fill_gemm_avx512(Kernels& k);
 void fill_gemm_avx512_vnni(Kernels& k);  // fill_gemm_avx512's, with VNNI's int4 qgemm
+void fill_gemm_amx(Kernels& k);          // fill_gemm_avx512_vnni's, with prompts on AMX tiles
+// Whether the CPU has AMX tiles with bf16 products and the OS lets this process use them (asked once).
+bool cpu_has_amx();
 void fill_vmath_generic(Kernels& k);
 void fill_vmath_avx2(Kernels& k);
 void fill_vmath_avx512(Kernels& k);

@@ -230,7 +230,7 @@ class HugeScratch {
 
 struct Buffers {
   HugeScratch parts, rows, sums;
-  std::vector<float> tile, group_sums;
+  std::vector<float> tile, group_sums, scales;
 };
 Buffers& buffers() {
   thread_local Buffers b;
@@ -317,6 +317,10 @@ void qgemm_amx_bits(const QGemmArgs& a, int64_t n0, int64_t n1) {
   Buffers& buf = buffers();
   const int64_t KC = std::max<int64_t>(1, kInputs / a.group) * a.group, gkbs = a.group / 32, G = a.K / a.group;
   buf.tile.resize(4 * 256);
+  // Scales and biases of a chunk's rows for a block's groups, as floats: [32 rows at n][group][scales 32, biases 32].
+  const int64_t gpb = KC / a.group;
+  buf.scales.resize(static_cast<size_t>(kRows / 32 * gpb * 64));
+  auto scale_rows = [&](int64_t n) { return buf.scales.data() + (n - n0) % kRows / 32 * gpb * 64; };
   tile_gemm(
       a.x, a.ldx, a.T, a.K, KC, n0, n1, a.y, a.ldy, a.accumulate,
       [&](const float* x, int64_t tb, int64_t ld) {
@@ -331,17 +335,20 @@ void qgemm_amx_bits(const QGemmArgs& a, int64_t n0, int64_t n1) {
       },
       [&](int64_t n, int64_t c1, int64_t k0, int64_t kbs, uint32_t* out) {
         load_rows_codes<BITS>(a, n, c1, k0, kbs, out);
+        float* sb = scale_rows(n);
+        for (int64_t g = 0; g < kbs / gkbs; g++)
+          for (int r = 0; r < 32; r++) {
+            const int64_t row = std::min(n + r, c1 - 1);  // rows past the chunk: any finite values, never written
+            sb[g * 64 + r] = bf16_value(a.scales[row * a.lds + k0 / a.group + g]);
+            sb[g * 64 + 32 + r] = bf16_value(a.biases[row * a.lds + k0 / a.group + g]);
+          }
       },
       [&](const uint32_t* rows, const uint32_t* parts, int64_t kbs, int64_t ti, float* s, int64_t ld, int64_t n,
           int64_t k0) {
         for (int64_t g = 0; g < kbs / gkbs; g++) {
           const int64_t gi = k0 / a.group + g;
-          alignas(64) float sc[32], bi[32];
-          for (int r = 0; r < 32; r++) {
-            const int64_t row = std::min(n + r, n1 - 1);  // rows past n1: any finite values, never written
-            sc[r] = bf16_value(a.scales[row * a.lds + gi]);
-            bi[r] = bf16_value(a.biases[row * a.lds + gi]);
-          }
+          const float* sc = scale_rows(n) + g * 64;
+          const float* bi = sc + 32;
           _tile_zero(0);
           _tile_zero(1);
           _tile_zero(2);

@@ -10,6 +10,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -67,7 +68,21 @@ class FakeServer {
     server_.Get(".*", dispatch);
     server_.Post(".*", dispatch);
     port_ = server_.bind_to_any_port("127.0.0.1");
+    if (port_ <= 0) {
+      std::fprintf(stderr, "fake server: could not bind a port on 127.0.0.1\n");
+      std::abort();
+    }
     thread_ = std::thread([this] { server_.listen_after_bind(); });
+    // httplib's stop() does nothing until the accept loop has started: a destructor that ran first would wait for
+    // the thread for ever.
+    auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!server_.is_running()) {
+      if (std::chrono::steady_clock::now() > deadline) {
+        std::fprintf(stderr, "fake server: the accept loop did not start within 10 s\n");
+        std::abort();
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
   }
   ~FakeServer() {
     stopping_.store(true);
@@ -148,18 +163,36 @@ inline std::vector<std::string> make_env(const std::map<std::string, std::string
   return env;
 }
 
-[[noreturn]] inline void exec_vatic(const std::vector<std::string>& args, const std::vector<std::string>& env) {
-  std::vector<char*> argv, envp;
-  std::string bin = VATIC_BINARY;
-  argv.push_back(bin.data());
-  for (const auto& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  ::execve(bin.c_str(), argv.data(), envp.data());
-  std::perror("execve");
-  ::_exit(127);
-}
+// execve's arguments for the vatic binary, built before fork(). The test process has other threads (the fake
+// server's), so its child may only make async-signal-safe calls until it execs: a lock another thread held at the
+// fork stays held in the child, and AddressSanitizer's allocator, for one, takes no care of fork, so a malloc there
+// can wait for ever.
+class VaticExec {
+ public:
+  VaticExec(const std::vector<std::string>& args, const std::map<std::string, std::string>& env_overrides)
+      : args_(args), env_(make_env(env_overrides)) {
+    args_.insert(args_.begin(), VATIC_BINARY);
+    for (auto& a : args_) argv_.push_back(a.data());
+    argv_.push_back(nullptr);
+    for (auto& e : env_) envp_.push_back(e.data());
+    envp_.push_back(nullptr);
+  }
+  VaticExec(const VaticExec&) = delete;
+  VaticExec& operator=(const VaticExec&) = delete;
+
+  // In the child, between fork() and exec.
+  [[noreturn]] void exec() const {
+    ::execve(argv_[0], argv_.data(), envp_.data());
+    static const char msg[] = "execve of the vatic binary failed\n";
+    ssize_t w = ::write(2, msg, sizeof msg - 1);
+    (void)w;
+    ::_exit(127);
+  }
+
+ private:
+  std::vector<std::string> args_, env_;
+  std::vector<char*> argv_, envp_;
+};
 
 inline int decode_status(int status) {
   if (WIFEXITED(status)) return WEXITSTATUS(status);
@@ -174,14 +207,14 @@ inline ProcessResult run_vatic(const std::vector<std::string>& args, const std::
                                const std::function<void(pid_t, const std::string& out)>& on_output = nullptr) {
   int in[2], out[2], err[2];
   if (::pipe(in) || ::pipe(out) || ::pipe(err)) std::abort();
-  auto env = make_env(env_overrides);
+  const VaticExec vatic(args, env_overrides);
   pid_t pid = ::fork();
   if (pid == 0) {
     ::dup2(in[0], 0);
     ::dup2(out[1], 1);
     ::dup2(err[1], 2);
     for (int fd : {in[0], in[1], out[0], out[1], err[0], err[1]}) ::close(fd);
-    exec_vatic(args, env);
+    vatic.exec();
   }
   ::close(in[0]);
   ::close(out[1]);
@@ -219,7 +252,16 @@ inline ProcessResult run_vatic(const std::vector<std::string>& args, const std::
   ::close(out[0]);
   ::close(err[0]);
   int status = 0;
-  ::waitpid(pid, &status, 0);
+  // The child may close its output before it exits: wait for the exit within the same deadline.
+  while (!r.timed_out && ::waitpid(pid, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      r.timed_out = true;
+      ::kill(pid, SIGKILL);
+    } else {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
+  if (r.timed_out) ::waitpid(pid, &status, 0);
   r.exit_code = decode_status(status);
   return r;
 }
@@ -228,12 +270,12 @@ inline ProcessResult run_vatic(const std::vector<std::string>& args, const std::
 class PtyProcess {
  public:
   PtyProcess(const std::vector<std::string>& args, const std::map<std::string, std::string>& env_overrides) {
-    auto env = make_env(env_overrides);
+    const VaticExec vatic(args, env_overrides);
     struct winsize ws {};
     ws.ws_col = 100;
     ws.ws_row = 40;
     pid_ = ::forkpty(&master_, nullptr, nullptr, &ws);
-    if (pid_ == 0) exec_vatic(args, env);
+    if (pid_ == 0) vatic.exec();
   }
   ~PtyProcess() {
     if (pid_ > 0 && exit_code_ < 0) {

@@ -24,11 +24,11 @@
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
-#include <cstring>
 #include <new>
 #include <vector>
 
 #include "backend/cpu/simd.h"
+#include "tensor/dtype.h"
 
 // GCC 12 reports false "uninitialized" warnings inside its own AVX-512 intrinsics.
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -80,15 +80,14 @@ inline __m512 part(__m512 x, int p) {
   return p == 2 ? r : _mm512_and_ps(r, top);
 }
 
-// The activation parts of tokens [0, nt·16) (those from tb on zero; nt even) and inputs [k0, k0 + kbs·32) (those
-// from K on zero) as B tiles, a pair of token tiles after another, each pair's steps of 32 inputs in order:
+// The activation parts of tokens [0, nt·16) (those from tb on zero; nt even) and inputs [0, kbs·32) (those from K
+// on zero) as B tiles, a pair of token tiles after another, each pair's steps of 32 inputs in order:
 // out[((ti / 2 · kbs + kb)·3 + p)·512 + ti % 2 · 256 + j·16 + t] holds inputs 2j, 2j + 1 of the kb-th 32 and token
 // ti·16 + t of part p. A pair's parts over a block of inputs are contiguous, so a block's tile loads walk few pages.
-void split_parts(const float* x, int64_t ldx, int64_t tb, int64_t K, int64_t k0, int64_t kbs, int64_t nt,
-                 uint32_t* out) {
+void split_parts(const float* x, int64_t ldx, int64_t tb, int64_t K, int64_t kbs, int64_t nt, uint32_t* out) {
   for (int64_t ti = 0; ti < nt; ti++)
     for (int64_t kb = 0; kb < kbs; kb++) {
-      const int64_t k = k0 + kb * 32;
+      const int64_t k = kb * 32;
       const int64_t left = std::clamp<int64_t>(K - k, 0, 32);
       const __mmask16 m0 = static_cast<__mmask16>(left >= 16 ? 0xFFFF : (1u << left) - 1);
       const __mmask16 m1 = static_cast<__mmask16>(left >= 32 ? 0xFFFF : left > 16 ? (1u << (left - 16)) - 1 : 0);
@@ -156,6 +155,26 @@ void load_rows_codes(const QGemmArgs& a, int64_t n, int64_t n1, int64_t k0, int6
       _mm512_storeu_si512(out + (kb * 2 + r / 16) * 256 + (r % 16) * 16, v);
     }
   }
+}
+
+// The four sum tiles as a block of 32 rows × 32 tokens of floats at s, row stride ld: zeroed, loaded, stored.
+inline void zero_sums() {
+  _tile_zero(0);
+  _tile_zero(1);
+  _tile_zero(2);
+  _tile_zero(3);
+}
+inline void load_sums(const float* s, int64_t ld) {
+  _tile_loadd(0, s, ld * 4);
+  _tile_loadd(1, s + 16, ld * 4);
+  _tile_loadd(2, s + 16 * ld, ld * 4);
+  _tile_loadd(3, s + 16 * ld + 16, ld * 4);
+}
+inline void store_sums(float* s, int64_t ld) {
+  _tile_stored(0, s, ld * 4);
+  _tile_stored(1, s + 16, ld * 4);
+  _tile_stored(2, s + 16 * ld, ld * 4);
+  _tile_stored(3, s + 16 * ld + 16, ld * 4);
 }
 
 // The four sum tiles += two row tiles × two token tiles, over kbs steps of 32 inputs and the three parts.
@@ -255,7 +274,7 @@ void tile_gemm(const float* x, int64_t ldx, int64_t T, int64_t K, int64_t KC, in
     uint32_t* parts = buf.parts.get<uint32_t>(3 * kstride * nt * 256);
     uint32_t* rows = buf.rows.get<uint32_t>(kRows / 32 * kbs_max * 512);
     float* sums = buf.sums.get<float>(kRows * ld);
-    split_parts(x + t0 * ldx, ldx, tb, K, 0, kstride, nt, parts);
+    split_parts(x + t0 * ldx, ldx, tb, K, kstride, nt, parts);
     prepare(x + t0 * ldx, tb, ld);
     for (int64_t c0 = n0; c0 < n1; c0 += kRows) {
       const int64_t c1 = std::min(n1, c0 + kRows);
@@ -284,30 +303,13 @@ void gemm_bf16_amx(const GemmArgs& a, int64_t n0, int64_t n1) {
       },
       [](const uint32_t* rows, const uint32_t* parts, int64_t kbs, int64_t, float* s, int64_t ld, int64_t,
          int64_t k0) {
-        if (k0 == 0) {
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
-        } else {
-          _tile_loadd(0, s, ld * 4);
-          _tile_loadd(1, s + 16, ld * 4);
-          _tile_loadd(2, s + 16 * ld, ld * 4);
-          _tile_loadd(3, s + 16 * ld + 16, ld * 4);
-        }
+        if (k0 == 0)
+          zero_sums();
+        else
+          load_sums(s, ld);
         multiply(rows, parts, kbs);
-        _tile_stored(0, s, ld * 4);
-        _tile_stored(1, s + 16, ld * 4);
-        _tile_stored(2, s + 16 * ld, ld * 4);
-        _tile_stored(3, s + 16 * ld + 16, ld * 4);
+        store_sums(s, ld);
       });
-}
-
-inline float bf16_value(uint16_t h) {
-  const uint32_t u = static_cast<uint32_t>(h) << 16;
-  float f;
-  std::memcpy(&f, &u, 4);
-  return f;
 }
 
 // Per group of inputs: the four sum tiles from zero over the group's steps, then into the chunk's sums as
@@ -339,8 +341,8 @@ void qgemm_amx_bits(const QGemmArgs& a, int64_t n0, int64_t n1) {
         for (int64_t g = 0; g < kbs / gkbs; g++)
           for (int r = 0; r < 32; r++) {
             const int64_t row = std::min(n + r, c1 - 1);  // rows past the chunk: any finite values, never written
-            sb[g * 64 + r] = bf16_value(a.scales[row * a.lds + k0 / a.group + g]);
-            sb[g * 64 + 32 + r] = bf16_value(a.biases[row * a.lds + k0 / a.group + g]);
+            sb[g * 64 + r] = bf16_to_f32(a.scales[row * a.lds + k0 / a.group + g]);
+            sb[g * 64 + 32 + r] = bf16_to_f32(a.biases[row * a.lds + k0 / a.group + g]);
           }
       },
       [&](const uint32_t* rows, const uint32_t* parts, int64_t kbs, int64_t ti, float* s, int64_t ld, int64_t n,
@@ -349,23 +351,17 @@ void qgemm_amx_bits(const QGemmArgs& a, int64_t n0, int64_t n1) {
           const int64_t gi = k0 / a.group + g;
           const float* sc = scale_rows(n) + g * 64;
           const float* bi = sc + 32;
-          _tile_zero(0);
-          _tile_zero(1);
-          _tile_zero(2);
-          _tile_zero(3);
+          zero_sums();
           multiply(rows + g * gkbs * 512, parts + g * gkbs * 1536, gkbs);
-          float* c = buf.tile.data();
-          _tile_stored(0, c, 64);
-          _tile_stored(1, c + 256, 64);
-          _tile_stored(2, c + 512, 64);
-          _tile_stored(3, c + 768, 64);
+          float* c = buf.tile.data();  // [32 rows][32 tokens]
+          store_sums(c, 32);
           const bool first = gi == 0;
           for (int q = 0; q < 4; q++) {
             const int i = q / 2, j = q % 2;
             const __m512 sx = _mm512_loadu_ps(buf.group_sums.data() + gi * ld + (ti + j) * 16);
             for (int r = 0; r < 16; r++) {
               float* o = s + (i * 16 + r) * ld + j * 16;
-              const __m512 v = _mm512_loadu_ps(c + q * 256 + r * 16);
+              const __m512 v = _mm512_loadu_ps(c + (i * 16 + r) * 32 + j * 16);
               __m512 acc = first ? _mm512_setzero_ps() : _mm512_loadu_ps(o);
               acc = _mm512_fmadd_ps(v, _mm512_set1_ps(sc[i * 16 + r]), acc);
               acc = _mm512_fmadd_ps(_mm512_set1_ps(bi[i * 16 + r]), sx, acc);

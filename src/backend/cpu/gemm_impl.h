@@ -428,6 +428,9 @@ inline void decode_rows4_apart(const float* x, const uint16_t* const (&w)[4], in
       const typename V::vec x2 = V::loadx(x + k + 2 * V::W), x3 = V::loadx(x + k + 3 * V::W);
 #pragma GCC unroll 4
       for (int r = 0; r < S; r++) {
+        const char* ahead = reinterpret_cast<const char*>(w[g + r] + k) + kDecodePrefetchBytes;
+        __builtin_prefetch(ahead, 0, 3);  // the two cache lines this step reads, kDecodePrefetchBytes on
+        if constexpr (V::W >= 16) __builtin_prefetch(ahead + 64, 0, 3);
         V::load_w2(w[g + r] + k, we, wo);
         a[r][0] = V::fma(we, x0, a[r][0]);
         a[r][1] = V::fma(wo, x1, a[r][1]);

@@ -156,6 +156,7 @@ void digits_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const uin
         const uint8_t* p = q + r * ldq + k / 2;
         const __m512i w = _mm512_loadu_si512(p);
         if (TR <= 2 && rs == 1) __builtin_prefetch(p + NR * ldq, 0, 2);
+        if (TR <= 2 && rs != 1) __builtin_prefetch(p + kDecodePrefetchBytes, 0, 3);  // a stream (simd.h)
         lo[r] = _mm512_and_si512(w, lowmask);
         hi[r] = _mm512_and_si512(_mm512_srli_epi16(w, 4), lowmask);
         sc[r] = _mm512_permutexvar_ps(gi, sv[r]);

@@ -176,9 +176,9 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
 
 // Decode (one token) over S streams far apart (row r of the tile at r·span from the first), one row of each, two
 // blocks of every row per step: eight independent chains of four multiply-adds, and each stream read in address
-// order (a row, then the next row of its part), as the four-stream read sweep reads, left to the hardware
-// prefetchers: a prefetch 2 KB ahead into L2 in each stream was slower (64 MB int8 block at K = 1536, one thread,
-// five alternations: 29.8 against 35.0 GB/s on the median, int4 22.0 and 22.0). Each row's sum is the one
+// order (a row, then the next row of its part), as the four-stream read sweep reads, each stream prefetched
+// kDecodePrefetchBytes ahead into L1 (simd.h; on a Zen 5 core a prefetch 2 KB ahead into L2 only had been slower
+// than none: 64 MB int8 block at K = 1536, one thread, 29.8 against 35.0 GB/s). Each row's sum is the one
 // factored_tile computes for it, operation for operation (the bias terms at each 16-group step, then per block the
 // four products in order and the block's scale), so this changes no bit.
 template <int S, int BITS>
@@ -210,6 +210,8 @@ void factored_streams(const QGemmArgs& A, const float* x, const uint8_t* q, cons
 #pragma GCC unroll 4
       for (int r = 0; r < S; r++) {
         const uint8_t* p = q + r * span * ldq + k * BITS / 8;
+        __builtin_prefetch(p + kDecodePrefetchBytes, 0, 3);  // this step's cache lines, further on (simd.h)
+        if constexpr (BITS * NB * kFactoredBlock / 8 > 64) __builtin_prefetch(p + kDecodePrefetchBytes + 64, 0, 3);
 #pragma GCC unroll 2
         for (int i = 0; i < NB; i++) {
           const uint8_t* pi = p + i * kFactoredBlock * BITS / 8;

@@ -95,6 +95,11 @@ constexpr int64_t kPanelMinT = 32;
 // kDecodeStreamsMinBytes of weights.
 constexpr int kDecodeStreams = 4;
 constexpr int64_t kDecodeStreamsMinBytes = int64_t(512) << 10;
+// Each of those streams asks for its weights this many bytes ahead, into every cache level (prefetcht0). On an
+// Intel Xeon (2 cores, AVX-512 + AMX) decode of the E2B-width model then read its weights 6-18 % (bf16), 11-13 %
+// (int8) and 13-21 % (int4) faster than with the hardware prefetchers alone; 512 and 2,048 bytes were about level
+// with 1,024, a non-temporal prefetch (which skips L2 there) 2.5x slower.
+constexpr int kDecodePrefetchBytes = 1024;
 
 // x [T, K] (row stride ldx) -> out [T, K] contiguous, each 32-input chunk reordered to (even inputs, odd inputs).
 void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out);

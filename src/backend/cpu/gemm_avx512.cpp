@@ -8,7 +8,7 @@
 #include <vector>
 
 #include "backend/cpu/qgemm_factored.h"
-#include "backend/cpu/reduce4_avx512.h"
+#include "backend/cpu/decode_avx512.h"
 #include "backend/cpu/simd.h"
 
 // GCC 12 reports false "uninitialized" warnings inside its own AVX-512 reduction intrinsics.

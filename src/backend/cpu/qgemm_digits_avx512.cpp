@@ -31,6 +31,7 @@
 #include <cstring>
 #include <vector>
 
+#include "backend/cpu/decode_avx512.h"
 #include "backend/cpu/qgemm_factored.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
@@ -113,12 +114,6 @@ void digits_x(const float* x, int64_t ldx, int64_t T, int64_t K, int group, floa
 }
 
 namespace {
-
-// 16 bf16 values (the first n; the rest 0) -> f32.
-inline __m512 widen16(const uint16_t* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 
 // NR rows (row r at r·rs rows from the first) × TR tokens.
 template <int NR, int TR>

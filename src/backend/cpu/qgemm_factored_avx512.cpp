@@ -16,7 +16,7 @@
 #include <cstdint>
 
 #include "backend/cpu/qgemm_factored.h"
-#include "backend/cpu/reduce4_avx512.h"
+#include "backend/cpu/decode_avx512.h"
 
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
@@ -77,12 +77,6 @@ void factored_x(const float* x, int64_t ldx, int64_t T, int64_t K, int bits, int
 }
 
 namespace {
-
-// 16 bf16 values (the first n; the rest 0) -> f32.
-inline __m512 widen16(const uint16_t* p, __mmask16 m) {
-  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 
 template <int BITS>
 inline __m512i code_mask(int j) {

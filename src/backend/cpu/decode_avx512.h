@@ -1,7 +1,10 @@
 #pragma once
-// The horizontal sums of four AVX-512 vectors, bit for bit as four _mm512_reduce_add_ps (shared by the dense and
-// the factored quantized decode kernels).
+// AVX-512 pieces shared by the decode kernels: the horizontal sums of four vectors, bit for bit as four
+// _mm512_reduce_add_ps (dense and factored quantized rows), and bf16 scales widened to f32 (the factored and the
+// digits kernels).
 #include <immintrin.h>
+
+#include <cstdint>
 
 namespace vatic::cpu {
 
@@ -19,6 +22,12 @@ __attribute__((target("avx512f"))) inline __m128 reduce4(__m512 r0, __m512 r1, _
   const __m512 u = _mm512_add_ps(s, _mm512_permute_ps(s, 0x4E));
   const __m512 w = _mm512_add_ps(u, _mm512_permute_ps(u, 0xB1));
   return _mm512_castps512_ps128(_mm512_permutexvar_ps(_mm512_setr_epi32(0, 4, 8, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0), w));
+}
+
+// 16 bf16 values (the first n of the mask; the rest 0) -> f32, exactly.
+__attribute__((target("avx512f,avx512bw,avx512vl"))) inline __m512 widen16(const uint16_t* p, __mmask16 m) {
+  const __m256i h = _mm256_maskz_loadu_epi16(m, p);
+  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
 
 }  // namespace vatic::cpu

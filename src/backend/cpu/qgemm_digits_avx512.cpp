@@ -127,6 +127,12 @@ void digits_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const uin
   for (int r = 0; r < NR; r++)
 #pragma GCC unroll 8
     for (int t = 0; t < TR; t++) a[r][t] = _mm512_setzero_ps();
+  if (TR <= 2 && rs != 1)  // streams: their rows' scales and biases kDecodeScalesAhead on (simd.h)
+#pragma GCC unroll 8
+    for (int r = 0; r < NR; r++) {
+      __builtin_prefetch(s + r * lds + kDecodeScalesAhead * A.lds, 0, 3);
+      __builtin_prefetch(b + r * lds + kDecodeScalesAhead * A.lds, 0, 3);
+    }
   for (int64_t gb = 0; gb < G; gb += 16) {
     const int64_t ng = std::min<int64_t>(16, G - gb);
     const __mmask16 gm = static_cast<__mmask16>((1u << ng) - 1);

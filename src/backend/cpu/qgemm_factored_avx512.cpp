@@ -185,6 +185,12 @@ void factored_streams(const QGemmArgs& A, const float* x, const uint8_t* q, cons
 #pragma GCC unroll 4
   for (int r = 0; r < S; r++) a[r] = _mm512_setzero_ps();
   alignas(64) float sf[S][16];
+  // The scales and biases of each stream's row kDecodeScalesAhead on (short runs beside the codes' streams).
+#pragma GCC unroll 4
+  for (int r = 0; r < S; r++) {
+    __builtin_prefetch(s + (r * span + kDecodeScalesAhead) * lds, 0, 3);
+    __builtin_prefetch(b + (r * span + kDecodeScalesAhead) * lds, 0, 3);
+  }
   for (int64_t gb = 0; gb < G; gb += 16) {
     const int64_t ng = std::min<int64_t>(16, G - gb);
     const __mmask16 gm = static_cast<__mmask16>((1u << ng) - 1);

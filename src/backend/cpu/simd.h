@@ -100,6 +100,9 @@ constexpr int64_t kDecodeStreamsMinBytes = int64_t(512) << 10;
 // (int8) and 13-21 % (int4) faster than with the hardware prefetchers alone; 512 and 2,048 bytes were about level
 // with 1,024, a non-temporal prefetch (which skips L2 there) 2.5x slower.
 constexpr int kDecodePrefetchBytes = 1024;
+// Quantized streams also ask for the scales and biases of the row this many rows on (a row's are 48 bytes at
+// K = 1,536 in groups of 64): int8 decode at E2B width +2-6 % at one and two threads on the same machine.
+constexpr int64_t kDecodeScalesAhead = 4;
 
 // x [T, K] (row stride ldx) -> out [T, K] contiguous, each 32-input chunk reordered to (even inputs, odd inputs).
 void permute_int4_activations(const float* x, int64_t ldx, int64_t T, int64_t K, float* out);

@@ -1,7 +1,7 @@
 #pragma once
 // AVX-512 pieces shared by the decode kernels: the horizontal sums of four vectors, bit for bit as four
-// _mm512_reduce_add_ps (dense and factored quantized rows), and bf16 scales widened to f32 (the factored and the
-// digits kernels).
+// _mm512_reduce_add_ps (dense and factored quantized rows), and up to 16 bf16 values widened to f32 (scales in the
+// factored and digits kernels, the tails of the bf16 dot products).
 #include <immintrin.h>
 
 #include <cstdint>

@@ -1,5 +1,6 @@
 #include "backend/cpu/simd.h"
 
+#include "backend/cpu/decode_avx512.h"
 #include "backend/cpu/hsum_avx2.h"
 #include "backend/cpu/parallel.h"
 
@@ -253,10 +254,6 @@ AVX512 inline __m512 load_bf16x16(const uint16_t* p) {
   __m256i h = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p));
   return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
 }
-AVX512 inline __m512 load_bf16_mask(const uint16_t* p, __mmask16 m) {
-  __m256i h = _mm256_maskz_loadu_epi16(m, p);
-  return _mm512_castsi512_ps(_mm512_slli_epi32(_mm512_cvtepu16_epi32(h), 16));
-}
 AVX512 float dot_f32_avx512(const float* x, const float* w, int64_t n) {
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps();
   int64_t i = 0;
@@ -281,7 +278,7 @@ AVX512 float dot_bf16_avx512(const float* x, const uint16_t* w, int64_t n) {
   }
   for (; i < n; i += 16) {
     __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
-    a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), load_bf16_mask(w + i, m), a0);
+    a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), widen16(w + i, m), a0);
   }
   return _mm512_reduce_add_ps(_mm512_add_ps(_mm512_add_ps(a0, a1), _mm512_add_ps(a2, a3)));
 }
@@ -289,7 +286,7 @@ AVX512 void dot4_bf16_avx512(const float* x, int64_t ldx, const uint16_t* w, int
   __m512 a0 = _mm512_setzero_ps(), a1 = _mm512_setzero_ps(), a2 = _mm512_setzero_ps(), a3 = _mm512_setzero_ps();
   for (int64_t i = 0; i < n; i += 16) {
     __mmask16 m = n - i >= 16 ? 0xffff : static_cast<__mmask16>((1u << (n - i)) - 1);
-    __m512 wv = load_bf16_mask(w + i, m);
+    __m512 wv = widen16(w + i, m);
     a0 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + i), wv, a0);
     a1 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + ldx + i), wv, a1);
     a2 = _mm512_fmadd_ps(_mm512_maskz_loadu_ps(m, x + 2 * ldx + i), wv, a2);

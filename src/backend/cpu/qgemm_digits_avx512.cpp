@@ -200,19 +200,9 @@ void digits_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const uin
 }  // namespace
 
 // Decode (one token): a thread's rows as kDecodeStreams streams far apart when they are large (as the factored
-// kernel), then tiles of 4 rows; two or more tokens: tiles of 4 rows × 2 tokens. Which rows share a tile changes no
-// row's sum.
+// kernel); the rest, and every row of two or more tokens, in quant_tiles' tiles (qgemm_factored.h).
 void qgemm_digits_avx512(const QGemmArgs& a, int64_t n0, int64_t n1) {
   int64_t n = n0;
-  auto rows = [&](auto nr, int64_t n_) {
-    constexpr int R = decltype(nr)::value;
-    const uint8_t* q = a.q + n_ * a.ldq;
-    const uint16_t *s = a.scales + n_ * a.lds, *b = a.biases + n_ * a.lds;
-    int64_t t = 0;
-    for (; t + 2 <= a.T; t += 2)
-      digits_tile<R, 2>(a, a.x + t * a.ldx, q, s, b, a.y + t * a.ldy + n_, a.accumulate, 1);
-    if (t < a.T) digits_tile<R, 1>(a, a.x + t * a.ldx, q, s, b, a.y + t * a.ldy + n_, a.accumulate, 1);
-  };
   if (a.T == 1) {
     const int64_t per = (n1 - n0) * a.ldq >= kDecodeStreamsMinBytes ? (n1 - n0) / kDecodeStreams : 0;
     for (int64_t i = 0; i < per; i++)
@@ -220,8 +210,10 @@ void qgemm_digits_avx512(const QGemmArgs& a, int64_t n0, int64_t n1) {
                                      a.biases + (n + i) * a.lds, a.y + n + i, a.accumulate, per);
     n += kDecodeStreams * per;
   }
-  for (; n + 4 <= n1; n += 4) rows(std::integral_constant<int, 4>{}, n);
-  for (; n < n1; n++) rows(std::integral_constant<int, 1>{}, n);
+  quant_tiles(a.T, n, n1, [&](auto nr, auto tr, int64_t m, int64_t t) {
+    digits_tile<decltype(nr)::value, decltype(tr)::value>(a, a.x + t * a.ldx, a.q + m * a.ldq, a.scales + m * a.lds,
+                                                          a.biases + m * a.lds, a.y + t * a.ldy + m, a.accumulate, 1);
+  });
 }
 
 }  // namespace vatic::cpu

@@ -9,6 +9,7 @@
 // shifted: q·2^p), and followed by the sums of each group's activations for the bias term. Nothing is rounded
 // differently from the per-weight form except the order and grouping of the f32 sums.
 #include <cstdint>
+#include <type_traits>
 
 #include "backend/cpu/simd.h"
 
@@ -53,6 +54,21 @@ inline int64_t digits_width(int64_t K, int group) {
 void digits_x(const float* x, int64_t ldx, int64_t T, int64_t K, int group, float* out);
 // Rows [n0, n1) of a matmul whose a.x was prepared by digits_x (a.ldx its row width).
 void qgemm_digits_avx512(const QGemmArgs& a, int64_t n0, int64_t n1);
+
+// The tiles of an AVX-512 quantized kernel (factored or digits) after its decode streams: rows [n, n1) in tiles of 4
+// rows, then single rows, each over the T tokens in pairs and then one. tile(rows, tokens, m, t), the counts as
+// std::integral_constant, computes rows m .. m + rows - 1 for tokens t .. t + tokens - 1. Which rows and tokens share
+// a tile changes no row's sum.
+template <class Tile>
+inline void quant_tiles(int64_t T, int64_t n, int64_t n1, Tile&& tile) {
+  auto rows = [&](auto nr, int64_t m) {
+    int64_t t = 0;
+    for (; t + 2 <= T; t += 2) tile(nr, std::integral_constant<int, 2>{}, m, t);
+    if (t < T) tile(nr, std::integral_constant<int, 1>{}, m, t);
+  };
+  for (; n + 4 <= n1; n += 4) rows(std::integral_constant<int, 4>{}, n);
+  for (; n < n1; n++) rows(std::integral_constant<int, 1>{}, n);
+}
 
 constexpr int factored_input(int bits, int j, int i) { return bits == 8 ? 4 * i + j : 8 * (i % 8) + j + 4 * (i / 8); }
 constexpr int factored_shift(int bits, int j, int i) { return bits == 8 ? 8 * j : 4 * (j + 4 * (i / 8)); }

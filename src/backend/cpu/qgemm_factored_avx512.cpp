@@ -259,15 +259,6 @@ void factored_streams(const QGemmArgs& A, const float* x, const uint8_t* q, cons
 // tile changes no row's sum.
 template <int BITS, bool SPLIT>
 void factored_rows(const QGemmArgs& a, int64_t n0, int64_t n1) {
-  auto rows = [&](auto nr, int64_t n) {
-    constexpr int R = decltype(nr)::value;
-    const uint8_t* q = a.q + n * a.ldq;
-    const uint16_t *s = a.scales + n * a.lds, *b = a.biases + n * a.lds;
-    int64_t t = 0;
-    for (; t + 2 <= a.T; t += 2)
-      factored_tile<R, 2, BITS, SPLIT>(a, a.x + t * a.ldx, q, s, b, a.y + t * a.ldy + n, a.accumulate);
-    if (t < a.T) factored_tile<R, 1, BITS, SPLIT>(a, a.x + t * a.ldx, q, s, b, a.y + t * a.ldy + n, a.accumulate);
-  };
   int64_t n = n0;
   if (!SPLIT && a.T == 1) {  // (group sizes that split a block keep 4 rows: group 32 was 3 % slower with 8)
     // The rows as four streams far apart, one row of each per tile (as the bf16 decode rows, gemm_impl.h).
@@ -280,8 +271,11 @@ void factored_rows(const QGemmArgs& a, int64_t n0, int64_t n1) {
       factored_tile<8, 1, BITS, SPLIT>(a, a.x, a.q + n * a.ldq, a.scales + n * a.lds, a.biases + n * a.lds, a.y + n,
                                        a.accumulate);
   }
-  for (; n + 4 <= n1; n += 4) rows(std::integral_constant<int, 4>{}, n);
-  for (; n < n1; n++) rows(std::integral_constant<int, 1>{}, n);
+  quant_tiles(a.T, n, n1, [&](auto nr, auto tr, int64_t m, int64_t t) {
+    factored_tile<decltype(nr)::value, decltype(tr)::value, BITS, SPLIT>(
+        a, a.x + t * a.ldx, a.q + m * a.ldq, a.scales + m * a.lds, a.biases + m * a.lds, a.y + t * a.ldy + m,
+        a.accumulate);
+  });
 }
 
 }  // namespace

@@ -317,10 +317,19 @@ __device__ __forceinline__ void bf16x8_floats(const uint4& q, float (&wv)[8]) {
   }
 }
 
-// Σ x·w over one chunk of eight, from its two float4 halves of x: the one order in which every bf16 GEMV sums a
-// chunk, so that a verification's rows, a routed expert's and a decode step's carry the same bits.
-__device__ __forceinline__ float dot8(const float4& a, const float4& b, const float (&wv)[8]) {
-  return a.x * wv[0] + a.y * wv[1] + a.z * wv[2] + a.w * wv[3] + b.x * wv[4] + b.y * wv[5] + b.z * wv[6] + b.w * wv[7];
+// acc + Σ x·w over one chunk of eight, from its two float4 halves of x, as eight fused multiply-adds in k order:
+// the one order in which every bf16 GEMV sums a chunk, so that a verification's rows, a routed expert's and a
+// decode step's carry the same bits. (One instruction per weight and input row; a product of the chunk summed
+// first and then added took nine.)
+__device__ __forceinline__ float dot8(float acc, const float4& a, const float4& b, const float (&wv)[8]) {
+  acc = __fmaf_rn(a.x, wv[0], acc);
+  acc = __fmaf_rn(a.y, wv[1], acc);
+  acc = __fmaf_rn(a.z, wv[2], acc);
+  acc = __fmaf_rn(a.w, wv[3], acc);
+  acc = __fmaf_rn(b.x, wv[4], acc);
+  acc = __fmaf_rn(b.y, wv[5], acc);
+  acc = __fmaf_rn(b.z, wv[6], acc);
+  return __fmaf_rn(b.w, wv[7], acc);
 }
 
 // Σ_k x[k] · W[n, k] for one weight row, by one warp; T rows of x at once.
@@ -345,7 +354,7 @@ __device__ __forceinline__ void row_dot(const float* x, int64_t ldx, int rows, c
         for (int t = 0; t < T; t++) {
           if (t >= rows) break;
           const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * 8);
-          acc[t] += dot8(xp[0], xp[1], wv);
+          acc[t] = dot8(acc[t], xp[0], xp[1], wv);
         }
       }
     } else {
@@ -662,10 +671,11 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   const int8_t* __restrict__ xd_base = j.xd ? j.xd + static_cast<int64_t>(t0) * 3 * K : nullptr;
   const float* __restrict__ xsc_base = j.xsc ? j.xsc + t0 * chunks : nullptr;
   const float* __restrict__ xsm_base = j.xsm ? j.xsm + t0 * chunks : nullptr;
+  // bf16 rows past the matrix's end read its last row (their sums are not written), so that no load is predicated.
   const uint4* rowp[R];
 #pragma unroll
   for (int r = 0; r < R; r++) {
-    const int64_t n = n0 + r % RO;
+    const int64_t n = BITS == 0 ? min(n0 + r % RO, N - 1) : n0 + r % RO;
     const int seg = EPI == 1 ? (r >= RO) : segment(n);
     rowp[r] = n < N ? static_cast<const uint4*>(weight_row(j.w[seg], 0, local(n, seg))) : nullptr;
   }
@@ -676,10 +686,12 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
     for (int t = 0; t < TT; t++) acc[r][t] = 0.0f;
   // A lane's chunks go U at a time: all their loads are issued before any is used, so that a small matrix (a few
   // chunks per lane) is one memory round trip rather than one per chunk. The sums run in chunk order whatever U is,
-  // so U may differ between decode and verification. Four bf16 chunks for one input row; two for more (with four,
-  // two rows' launches took 140 registers, 12 warps per SM, and verified a token for 1.45 decode steps on E2B
-  // where two chunks (100-110 registers) take 1.30).
-  constexpr int U = BITS ? 2 : (TT == 1 ? 4 : 2);
+  // so U may differ between decode and verification. Four bf16 chunks for one input row; two for two rows (with
+  // four, two rows' launches took 140 registers, 12 warps per SM, and verified a token for 1.45 decode steps on E2B
+  // where two chunks (100-110 registers) take 1.30); one for more, where a lane's sums of 3-4 input rows and 4
+  // weight rows are many registers already (on an H100, 8 tokens verified for 1.61 steps of 31B where two chunks
+  // took 1.77, E2B 2.03 where 2.12).
+  constexpr int U = BITS ? 2 : (TT == 1 ? 4 : TT == 2 ? 2 : 1);
   const int64_t stride = 32 * parts, first = lane + 32 * part;
   // Quantized: a chunk's group is its index shifted (a group is a power-of-two number of chunks, chunks_fit), and
   // its scale and bias (16-bit floats) are loaded with its codes, into one register, so that no load waits on
@@ -691,8 +703,15 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
 #pragma unroll
     for (int ub = 0; ub < U; ub++) {
       const int64_t c = c0 + ub * stride;
+      if constexpr (BITS == 0) {
+        // Past the last chunk, the last chunk again (not summed): the loads need no predicate and no zeroing.
+        const int64_t cc = c < chunks ? c : chunks - 1;
 #pragma unroll
-      for (int r = 0; r < R; r++) qs[ub][r] = rowp[r] && c < chunks ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
+        for (int r = 0; r < R; r++) qs[ub][r] = load_stream(rowp[r] + cc);
+      } else {
+#pragma unroll
+        for (int r = 0; r < R; r++) qs[ub][r] = rowp[r] && c < chunks ? load_stream(rowp[r] + c) : make_uint4(0, 0, 0, 0);
+      }
       if constexpr (BITS != 0) {
         const int64_t g = c >> gshift;
 #pragma unroll
@@ -742,7 +761,7 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
           const float4* xp = reinterpret_cast<const float4*>(x + t * ldx + c * 8);
           const float4 a = xp[0], b = xp[1];
 #pragma unroll
-          for (int r = 0; r < R; r++) acc[r][t] += dot8(a, b, wv[r]);
+          for (int r = 0; r < R; r++) acc[r][t] = dot8(acc[r][t], a, b, wv[r]);
         }
       } else {
         // Quantized: the chunk lies in one group, so Σ x·(s·q + b) = s·Σ x·q + b·Σ x. A code becomes a float by
@@ -906,8 +925,11 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   if (EPI == 0 && j.rn.counter) residual_norm_tail(j.rn, N);
 }
 
+// A verification's bf16 launches of 3 to 8 input rows (one chunk in flight a lane) are held to six blocks per SM
+// (24 warps): on an H100, 8 tokens of 31B verified for 1.56 steps, not 1.61. Two-row launches (two chunks in flight)
+// are not: held so, they verified a token for 1.33 steps of 31B where they take 1.06.
 template <int TT, int R, int BITS, int EPI>
-__global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int parts) {
+__global__ void __launch_bounds__(128, BITS == 0 && TT >= 4 ? 6 : 1) gemv_chunks_kernel(const GemvJob j, int parts) {
   gemv_chunks<TT, R, BITS, EPI>(j, parts);
 }
 
@@ -1194,10 +1216,10 @@ __device__ __forceinline__ void expert_dot_bf16(const float* x, const uint4* a, 
       const float4 p = xp[0], q = xp[1];
       float wv[8];
       bf16x8_floats(qa[u], wv);
-      sa += dot8(p, q, wv);
+      sa = dot8(sa, p, q, wv);
       if constexpr (Two) {
         bf16x8_floats(qb[u], wv);
-        sb += dot8(p, q, wv);
+        sb = dot8(sb, p, q, wv);
       }
     }
   }

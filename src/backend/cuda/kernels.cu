@@ -690,8 +690,9 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   // four, two rows' launches took 140 registers, 12 warps per SM, and verified a token for 1.45 decode steps on E2B
   // where two chunks (100-110 registers) take 1.30); one for more, where a lane's sums of 3-4 input rows and 4
   // weight rows are many registers already (on an H100, 8 tokens verified for 1.61 steps of 31B where two chunks
-  // took 1.77, E2B 2.03 where 2.12).
-  constexpr int U = BITS ? 2 : (TT == 1 ? 4 : TT == 2 ? 2 : 1);
+  // took 1.77, E2B 2.03 where 2.12). Quantized chunks: two, and one from 3 input rows (31B's int8 verified 5 tokens
+  // for 1.51 steps where two chunks took 1.67, int4 1.83 where 1.94).
+  constexpr int U = BITS ? (TT >= 4 ? 1 : 2) : (TT == 1 ? 4 : TT == 2 ? 2 : 1);
   const int64_t stride = 32 * parts, first = lane + 32 * part;
   // Quantized: a chunk's group is its index shifted (a group is a power-of-two number of chunks, chunks_fit), and
   // its scale and bias (16-bit floats) are loaded with its codes, into one register, so that no load waits on

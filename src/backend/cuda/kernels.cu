@@ -926,12 +926,18 @@ __device__ __forceinline__ void gemv_chunks(const GemvJob& j, int parts) {
   if (EPI == 0 && j.rn.counter) residual_norm_tail(j.rn, N);
 }
 
-// A verification's bf16 launches of 3 to 8 input rows (one chunk in flight a lane) are held to six blocks per SM
-// (24 warps): on an H100, 8 tokens of 31B verified for 1.56 steps, not 1.61. Two-row launches (two chunks in flight)
-// are not: held so, they verified a token for 1.33 steps of 31B where they take 1.06.
 template <int TT, int R, int BITS, int EPI>
-__global__ void __launch_bounds__(128, BITS == 0 && TT >= 4 ? 6 : 1) gemv_chunks_kernel(const GemvJob j, int parts) {
+__global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int parts) {
   gemv_chunks<TT, R, BITS, EPI>(j, parts);
+}
+
+// A verification's bf16 launches of 3 to 8 input rows (one chunk in flight a lane), held to six blocks per SM (24
+// warps): on an H100, 8 tokens of 31B verified for 1.56 steps, not 1.61. Two-row launches (two chunks in flight)
+// are not: held so, they verified a token for 1.33 steps of 31B where they take 1.06. (A kernel of its own: a
+// minimum of one block per SM on the others is not the same as none, and changed decode's code.)
+template <int TT, int R, int EPI>
+__global__ void __launch_bounds__(128, 6) gemv_verify_kernel(const GemvJob j, int parts) {
+  gemv_chunks<TT, R, 0, EPI>(j, parts);
 }
 
 // Quantized rows over the input's digits (digits_kernel), decode and verification alike.
@@ -3313,6 +3319,8 @@ void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
   }
   if constexpr (BITS != 0 && TT == 1)
     launch(gemv_chunks_q1_kernel<R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
+  else if constexpr (BITS == 0 && TT >= 4)
+    launch(gemv_verify_kernel<TT, R, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
   else
     launch(gemv_chunks_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
 }

@@ -45,7 +45,7 @@ bool env_is(const char* name, const char* value) {
   return v && std::string(v) == value;
 }
 
-// Environment variable `name` as a positive integer, or `fallback` when unset or not one.
+// Fails with `what` when the last kernel launch did not start.
 void check_launch(const char* what) {
   cudaError_t e = cudaGetLastError();
   if (e != cudaSuccess) cuda_fail(e, what);

@@ -129,12 +129,18 @@ void print_bandwidth(const MemoryBandwidth& bw, Device dev) {
               "with prefetch), %.1f GB/s (four streams a thread), copy %.1f GB/s (read+write)\n",
               bw.bytes >> 20, bw.read_gbs, bw.matvec_gbs, bw.streams_gbs, bw.copy_gbs);
 }
-// Device time by operation of one `what`, the largest first, with each one's share.
-void print_profile(const char* what, std::vector<std::pair<std::string, double>> prof) {
+// Time by operation of one `what`, the largest first, with each one's share: the device's time on a GPU; on the
+// CPU each op's wall time, and with `wall` (the whole `what`, host work between the ops included) what lies outside
+// them.
+void print_profile(const char* what, std::vector<std::pair<std::string, double>> prof, double wall = 0) {
   std::sort(prof.begin(), prof.end(), [](const auto& a, const auto& b) { return a.second > b.second; });
   double total = 0;
   for (const auto& [name, secs] : prof) total += secs;
-  std::printf("one %s by operation (device time: %.3f ms in all):\n", what, 1e3 * total);
+  if (wall > 0)
+    std::printf("one %s by operation (%.3f ms in the ops of %.3f ms, %.3f ms between them):\n", what, 1e3 * total,
+                1e3 * wall, 1e3 * std::max(0.0, wall - total));
+  else
+    std::printf("one %s by operation (device time: %.3f ms in all):\n", what, 1e3 * total);
   for (const auto& [name, secs] : prof)
     std::printf("  %-24s %8.3f ms %5.1f%%\n", name.c_str(), 1e3 * secs, 100 * secs / total);
 }
@@ -269,12 +275,14 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
     be.set_profiling(true);
     lm->forward(*pst, {first}, 1);
     be.take_profile();
+    const auto t0 = Clock::now();
     ForwardResult d = lm->forward(*pst, toks, n_out);
     if (pick) best_token(d.logits);
+    const double wall = seconds_since(t0);
     be.set_profiling(false);
-    print_profile(what, be.take_profile());
+    print_profile(what, be.take_profile(), dev.is_cpu() ? wall : 0.0);
   };
-  if (!dev.is_cpu()) print_breakdown("decode step", {first}, 1, true);
+  print_breakdown("decode step", {first}, 1, true);
 
   // One-token step and verify forwards over K+1 tokens, each from the same prefilled state.
   auto step_time = [&](int n) {
@@ -325,7 +333,7 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
       std::printf("\n");
     }
     // Where a verification of four drafts (five tokens) goes, beside the decode step's breakdown above.
-    if (!dev.is_cpu() && o.max_verify >= 4) print_breakdown("verification of K=4", random_tokens(5, V, 104), 5, false);
+    if (o.max_verify >= 4) print_breakdown("verification of K=4", random_tokens(5, V, 104), 5, false);
   }
 
   // The drafter: a DRAFT model, or the one the target carries (GLM's MTP layer).
@@ -374,13 +382,15 @@ void bench_model(const Options& o, const MemoryBandwidth& bw, Device dev) {
                 drafter->name().c_str(), 1e3 * t_draft1, 1e3 * t_draft4, dbytes / 1e6, t_draft1 / t1);
     std::printf("drafter step, greedy chain of 7: %.3f ms/step; ratio to a target step %.3f\n", 1e3 * t_chain7,
                 t_chain7 / t1);
-    if (!dev.is_cpu() && !graphs_enabled(dev)) {  // op by op only without graphs (VATIC_GRAPHS=0)
+    if (dev.is_cpu() || !graphs_enabled(dev)) {  // op by op only without graphs (on a GPU: VATIC_GRAPHS=0)
       Backend& be = backend_for(dev);
       be.set_profiling(true);
+      const auto t0 = Clock::now();
       drafter->draft_greedy(*st, first, r.hidden, 1);
+      const double wall = seconds_since(t0);
       be.set_profiling(false);
       drafter->rewind(P);
-      print_profile("drafter step", be.take_profile());
+      print_profile("drafter step", be.take_profile(), dev.is_cpu() ? wall : 0.0);
     }
 
     // Random weights are never accepted, so speculation's speed at a given acceptance is measured by forcing it:

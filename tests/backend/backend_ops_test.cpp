@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -607,9 +608,70 @@ TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
   EXPECT_EQ(v1.data<float>()[0], 3.0f);
   EXPECT_EQ(v1.data<float>()[1], 7.0f);
   EXPECT_EQ(v1.data<float>()[2], -1.0f);
+  // Zeros of both signs tie; a NaN is never the maximum, unless first in its row (then it stays, as a scan that
+  // keeps the first strictly larger value leaves it).
+  const float nan = std::numeric_limits<float>::quiet_NaN();
+  Tensor odd = Tensor::from_floats({-1.0f, -0.0f, 0.0f, nan, 1.0f, nan, 2.0f, 2.0f, nan, 5.0f, 1.0f, 9.0f}, {3, 4});
+  be.topk(odd, 1, v1, i1);
+  EXPECT_EQ(i1.data<int32_t>()[0], 1);
+  EXPECT_EQ(i1.data<int32_t>()[1], 2);
+  EXPECT_EQ(i1.data<int32_t>()[2], 0);
+  // Rows long enough for the eight running maxima and a tail: the first of equal maxima wherever it lies.
+  for (int64_t n : {9, 31, 4096, 4099}) {
+    std::vector<float> row(static_cast<size_t>(n));
+    for (int64_t p : {int64_t{0}, int64_t{5}, n / 2, n - 1}) {
+      for (int64_t i = 0; i < n; i++) row[i] = static_cast<float>(i % 13) - 20.0f;
+      row[p] = 3.0f;
+      if (p + 8 < n) row[p + 8] = 3.0f;  // an equal maximum later, in the same running maximum
+      Tensor rt = Tensor::from_floats(row, {1, n});
+      Tensor rv = Tensor::empty({1, 1}, DType::F32), ri = Tensor::empty({1, 1}, DType::I32);
+      be.topk(rt, 1, rv, ri);
+      EXPECT_EQ(ri.data<int32_t>()[0], p) << "n=" << n;
+      EXPECT_EQ(rv.data<float>()[0], 3.0f);
+    }
+  }
   Tensor v5 = Tensor::empty({R, 1}, DType::F32), i5 = Tensor::empty({R, 1}, DType::I32);
   be.topk(a, 1, v5, i5);
   for (int64_t r = 0; r < R; r++) EXPECT_EQ(i5.data<int32_t>()[r], idx.data<int32_t>()[r * 5]);
+}
+
+// Top-k over rows with many ties and infinities, k from 2 to the whole row: the same ids and values as a stable
+// sort (larger first, ties to the lower index); NaNs come after every number, in index order.
+TEST(Elementwise, TopkTiesInfinitiesAndNans) {
+  Backend& be = cpu_backend();
+  std::uniform_int_distribution<int> level(-6, 6);
+  for (int64_t N : {7, 64, 2048, 5000})
+    for (int k : {2, 5, 32, 64, static_cast<int>(N)}) {
+      if (k > N) continue;
+      const int64_t R = 3;
+      Tensor a = Tensor::empty({R, N}, DType::F32);
+      float* A = a.data<float>();
+      for (int64_t i = 0; i < R * N; i++) {
+        const int l = level(rng());
+        A[i] = l == 6 ? std::numeric_limits<float>::infinity() : l == -6 ? -std::numeric_limits<float>::infinity()
+                                                                         : 0.25f * static_cast<float>(l);
+      }
+      // Row 2 also holds NaNs, one of them first.
+      for (int64_t i = 0; i < N; i += 3) A[2 * N + i] = std::numeric_limits<float>::quiet_NaN();
+      Tensor vals = Tensor::empty({R, k}, DType::F32), idx = Tensor::empty({R, k}, DType::I32);
+      be.topk(a, k, vals, idx);
+      for (int64_t r = 0; r < R; r++) {
+        const float* x = A + r * N;
+        std::vector<int32_t> order(N);
+        for (int64_t i = 0; i < N; i++) order[i] = static_cast<int32_t>(i);
+        std::stable_sort(order.begin(), order.end(), [&](int32_t i, int32_t j) {
+          const bool ni = std::isnan(x[i]), nj = std::isnan(x[j]);
+          return ni != nj ? nj : !ni && x[i] > x[j];
+        });
+        for (int i = 0; i < k; i++) {
+          SCOPED_TRACE(::testing::Message() << "N=" << N << " k=" << k << " row " << r << " rank " << i);
+          ASSERT_EQ(idx.data<int32_t>()[r * k + i], order[i]);
+          const float got = vals.data<float>()[r * k + i], want = x[order[i]];
+          if (std::isnan(want)) EXPECT_TRUE(std::isnan(got));
+          else EXPECT_EQ(got, want);
+        }
+      }
+    }
 }
 
 // The vector tanh behind GELU, tanh, gated GELU and the soft-cap, on every ISA: lengths with tails, several
@@ -678,6 +740,43 @@ TEST(Copy, StridedAndConverting) {
   cpu_backend().copy(src, dst);
   for (int64_t r = 0; r < 6; r++)
     for (int64_t c = 0; c < 7; c++) EXPECT_EQ(at(dst, {r, c}), round_bf16(static_cast<float>(at(src, {r, c}))));
+}
+
+// ---- profiling (vatic bench's table by operation) ----
+
+// While profiling is on, each op the caller runs is timed once under its name, an op that runs others (a cache
+// write its copies) as itself only; take_profile returns the table and clears it; with profiling off nothing is
+// recorded.
+TEST(Profile, TimesEachOuterOpOnce) {
+  Backend& be = cpu_backend();
+  be.take_profile();
+  Linear w;
+  w.weight = random_tensor({64, 96}, DType::BF16);
+  Tensor x = random_tensor({2, 96}), y = Tensor::empty({2, 64}, DType::F32), n = Tensor::empty({2, 64}, DType::F32);
+  Tensor k = random_tensor({2, 1, 8}), v = random_tensor({2, 1, 8});
+  Tensor keys = Tensor::empty({4, 1, 8}, DType::F32), values = Tensor::empty({4, 1, 8}, DType::F32);
+  Tensor slots = Tensor::from_ints({-1, -1, -1, -1}, {4});
+
+  be.matmul(x, w, y, false);  // not profiled
+  be.set_profiling(true);
+  be.matmul(x, w, y, false);
+  be.matmul(x, w, y, false);
+  be.rms_norm(y, nullptr, 1e-6f, n);
+  be.kv_write(k, v, Tensor::from_ints({0, 1}, {2}), keys, values, slots, false);
+  be.set_profiling(false);
+  be.rms_norm(y, nullptr, 1e-6f, n);  // not profiled
+
+  auto prof = be.take_profile();
+  std::sort(prof.begin(), prof.end());
+  ASSERT_EQ(prof.size(), 3u);
+  EXPECT_EQ(prof[0].first, "kv_write ×1");  // its two copies are its own time, not rows of their own
+  EXPECT_EQ(prof[1].first, "matmul ×2");
+  EXPECT_EQ(prof[2].first, "rms_norm ×1");
+  for (const auto& [name, seconds] : prof) {
+    EXPECT_GT(seconds, 0.0) << name;
+    EXPECT_LT(seconds, 10.0) << name;
+  }
+  EXPECT_TRUE(be.take_profile().empty());
 }
 
 }  // namespace

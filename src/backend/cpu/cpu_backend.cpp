@@ -2,11 +2,17 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <map>
+#include <mutex>
 #include <numeric>
+#include <string>
 #include <vector>
+
+#include <fmt/format.h>
 
 #include "backend/backend.h"
 #include "backend/cpu/bandwidth.h"
@@ -122,6 +128,23 @@ void dequant_row(const Linear& w, int64_t n, float* out, int64_t K) {
 
 class CpuBackend final : public Backend {
  public:
+  // While profiling is on, each op's wall time on the calling thread (bench's per-op table; ops compose no other
+  // virtual op here, so nothing is counted twice).
+  void set_profiling(bool on) override { profiling_.store(on, std::memory_order_relaxed); }
+  std::vector<std::pair<std::string, double>> take_profile() override {
+    std::lock_guard<std::mutex> lock(profile_mutex_);
+    std::map<std::string, std::pair<double, int>> by_name;
+    for (const auto& [name, seconds] : timings_) {
+      auto& e = by_name[name];
+      e.first += seconds;
+      e.second++;
+    }
+    timings_.clear();
+    std::vector<std::pair<std::string, double>> r;
+    for (const auto& [name, v] : by_name) r.push_back({fmt::format("{} ×{}", name, v.second), v.first});
+    return r;
+  }
+
   Device device() const override { return Device::CPU; }
   const char* name() const override { return "cpu"; }
   MemoryBandwidth measure_bandwidth(size_t bytes, int reps) override { return cpu::measure_bandwidth(bytes, reps); }
@@ -147,6 +170,7 @@ class CpuBackend final : public Backend {
   }
 
   void copy(const Tensor& src, const Tensor& dst) override {
+    Timed timed(*this, "copy");
     VATIC_CHECK(src.shape() == dst.shape(), "copy: shapes {} and {} differ", src.describe(), dst.describe());
     if (src.dtype() == dst.dtype() && src.is_contiguous() && dst.is_contiguous()) {
       std::memcpy(dst.raw(), src.raw(), src.nbytes());
@@ -181,6 +205,7 @@ class CpuBackend final : public Backend {
   }
 
   void fill(const Tensor& dst, float value) override {
+    Timed timed(*this, "fill");
     // A contiguous tensor (a new sequence's KV cache, zeroed buffers) gets the stored bit pattern written in one
     // pass; through the dtype switch per element this was about 1 % of a short prompt.
     const size_t es = dtype_size(dst.dtype());
@@ -202,6 +227,7 @@ class CpuBackend final : public Backend {
   }
 
   void matmul(const Tensor& x, const Linear& w, const Tensor& y, bool accumulate) override {
+    Timed timed(*this, "matmul");
     VATIC_CHECK(x.ndim() == 2 && y.ndim() == 2 && x.dtype() == DType::F32 && y.dtype() == DType::F32,
                 "matmul expects F32 [T, K] input and output, got {} and {}", x.describe(), y.describe());
     check_rows(x, "matmul");
@@ -329,6 +355,7 @@ class CpuBackend final : public Backend {
   }
 
   void embedding(const Linear& w, const Tensor& ids, float scale, const Tensor& out) override {
+    Timed timed(*this, "embedding");
     const Tensor& table = w.weight;
     const int64_t n = ids.numel(), D = w.in_features(), V = w.out_features();
     VATIC_CHECK(out.ndim() == 2 && out.dim(0) == n && out.dim(1) == D && out.dtype() == DType::F32 &&
@@ -372,6 +399,7 @@ class CpuBackend final : public Backend {
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
+    Timed timed(*this, "rms_norm");
     auto rows = [](const Tensor& t) { return t.is_contiguous() || (t.ndim() == 2 && t.stride(1) == 1); };
     VATIC_CHECK(rows(x) && rows(y) && x.dtype() == DType::F32 && x.numel() == y.numel() && x.dim(-1) == y.dim(-1),
                 "rms_norm expects F32 rows of unit stride, got {} -> {}", x.describe(), y.describe());
@@ -399,6 +427,7 @@ class CpuBackend final : public Backend {
   // One pass instead of the default's rms_norm, add and scale (and the temporary between them), with the same
   // arithmetic per element: y = (x + f·inv·w)·s.
   void add_rms_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float s, const Tensor& y) override {
+    Timed timed(*this, "add_rms_norm");
     VATIC_CHECK(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && x.dtype() == DType::F32 &&
                     f.dtype() == DType::F32 && y.dtype() == DType::F32 && x.numel() == f.numel() &&
                     y.numel() == f.numel(),
@@ -429,6 +458,7 @@ class CpuBackend final : public Backend {
   }
 
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) override {
+    Timed timed(*this, "rope");
     VATIC_CHECK(x.ndim() == 3 && x.stride(2) == 1 && x.dtype() == DType::F32, "rope expects F32 [T, H, D], got {}",
                 x.describe());
     const int64_t T = x.dim(0), H = x.dim(1), D = x.dim(2), n = inv_freq.numel();
@@ -483,6 +513,7 @@ class CpuBackend final : public Backend {
 
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p, const Tensor& out) override {
+    Timed timed(*this, "attention");
     const int64_t T = q.dim(0), Hq = q.dim(1), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
     VATIC_CHECK(k.dim(2) == D && v.dim(0) == S && v.dim(1) == Hkv && Hq % Hkv == 0 && out.dim(0) == T &&
                     out.dim(1) == Hq && out.dim(2) == Dv,
@@ -688,12 +719,15 @@ class CpuBackend final : public Backend {
     }
   }
   void add(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    Timed timed(*this, "add");
     binary(a, b, y, [](float u, float v) { return u + v; });
   }
   void mul(const Tensor& a, const Tensor& b, const Tensor& y) override {
+    Timed timed(*this, "mul");
     binary(a, b, y, [](float u, float v) { return u * v; });
   }
   void scale(const Tensor& a, float s, const Tensor& y) override {
+    Timed timed(*this, "scale");
     const float* A = a.data<float>();
     float* Y = y.data<float>();
     for (int64_t i = 0; i < a.numel(); i++) Y[i] = A[i] * s;
@@ -747,6 +781,7 @@ class CpuBackend final : public Backend {
     parallel_for(blocks, n > kMinParallelElementwise, [&](int64_t b) { block(b * kActBlock); });
   }
   void unary(Unary op, const Tensor& a, const Tensor& y) override {
+    Timed timed(*this, "unary");
     const float* A = a.data<float>();
     float* Y = y.data<float>();
     const int64_t n = a.numel();
@@ -754,6 +789,7 @@ class CpuBackend final : public Backend {
     parallel_for(n, n > kMinParallelElementwise, [&](int64_t i) { Y[i] = act(op, A[i]); });
   }
   void gated(Unary op, const Tensor& g, const Tensor& u, const Tensor& y) override {
+    Timed timed(*this, "gated");
     VATIC_CHECK(g.numel() == u.numel() && y.is_contiguous(), "gated: {} and {}", g.describe(), u.describe());
     if (!g.is_contiguous() || !u.is_contiguous()) {  // rows of wider tensors: made contiguous first
       Tensor gc = g, uc = u;
@@ -773,6 +809,7 @@ class CpuBackend final : public Backend {
     parallel_for(n, n > kMinParallelElementwise, [&](int64_t i) { Y[i] = act(op, G[i]) * U[i]; });
   }
   void softcap(const Tensor& a, float cap, const Tensor& y) override {
+    Timed timed(*this, "softcap");
     if (a.is_contiguous() && y.is_contiguous() && cap != 1.0f)
       return tanh_act(Unary::Tanh, a.data<float>(), nullptr, y.data<float>(), a.numel(), cap);
     const float* A = a.data<float>();
@@ -780,6 +817,7 @@ class CpuBackend final : public Backend {
     for (int64_t i = 0; i < a.numel(); i++) Y[i] = cap * std::tanh(A[i] / cap);
   }
   void softmax(const Tensor& a, const Tensor& y) override {
+    Timed timed(*this, "softmax");
     const int64_t D = a.dim(-1), R = a.numel() / D;
     for (int64_t r = 0; r < R; r++) {
       const float* x = a.data<float>() + r * D;
@@ -796,35 +834,70 @@ class CpuBackend final : public Backend {
     }
   }
   void topk(const Tensor& a, int k, const Tensor& values, const Tensor& indices) override {
+    Timed timed(*this, "topk");
     const int64_t N = a.dim(-1), R = a.numel() / N;
     VATIC_CHECK(k > 0 && k <= N, "topk: k={} for rows of {}", k, N);
     if (k == 1) {
-      // Greedy decoding's argmax: one scan, the first of equal maxima (as below), no index array to sort.
+      // Greedy decoding's argmax, the first of equal maxima (as below), no index array to sort: the largest value
+      // in eight independent running maxima (a NaN never replaces one), then the first index holding it. The
+      // same index as one scan keeping the first strictly larger value, which a NaN first in the row keeps.
       for (int64_t r = 0; r < R; r++) {
         const float* x = a.data<float>() + r * N;
         int64_t best = 0;
-        for (int64_t i = 1; i < N; i++)
-          if (x[i] > x[best]) best = i;
+        if (x[0] == x[0]) {
+          float m[8];
+          for (float& v : m) v = x[0];
+          int64_t i = 0;
+          for (; i + 8 <= N; i += 8)
+            for (int j = 0; j < 8; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
+          for (; i < N; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
+          float top = m[0];
+          for (int j = 1; j < 8; j++) top = m[j] > top ? m[j] : top;
+          while (!(x[best] == top)) best++;
+        }
         values.data<float>()[r] = x[best];
         indices.data<int32_t>()[r] = static_cast<int32_t>(best);
       }
       return;
     }
-    std::vector<int32_t> idx(N);
+    // The k best of a row in one pass: a heap of the best so far, its worst on top, which an element enters only
+    // when it beats that worst (for random logits a few hundred times in a row of thousands), then the heap sorted.
+    // Larger values first, ties to the lower index (as torch.topk does on CPU for these sizes), NaNs after every
+    // number: an element scanned later never beats an equal one already in the heap, so "beats" is "is larger".
+    auto better = [](float xi, int32_t i, float xj, int32_t j) {
+      const bool ni = xi != xi, nj = xj != xj;
+      if (ni != nj) return nj;
+      return (!ni && xi > xj) || ((ni || xi == xj) && i < j);
+    };
+    std::vector<std::pair<float, int32_t>> heap;
+    heap.reserve(static_cast<size_t>(k));
+    auto worse_first = [&](const std::pair<float, int32_t>& p, const std::pair<float, int32_t>& q) {
+      return better(p.first, p.second, q.first, q.second);  // a max-heap of "worse": the worst on top
+    };
     for (int64_t r = 0; r < R; r++) {
       const float* x = a.data<float>() + r * N;
-      for (int64_t i = 0; i < N; i++) idx[i] = static_cast<int32_t>(i);
-      // Ties go to the lower index, as torch.topk does on CPU for these sizes.
-      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
-                        [&](int32_t i, int32_t j) { return x[i] > x[j] || (x[i] == x[j] && i < j); });
+      heap.clear();
+      for (int64_t i = 0; i < k; i++) heap.push_back({x[i], static_cast<int32_t>(i)});
+      std::make_heap(heap.begin(), heap.end(), worse_first);
+      float worst = heap.front().first;
+      for (int64_t i = k; i < N; i++) {
+        const float v = x[i];
+        if (!(v > worst) && !(worst != worst && v == v)) continue;  // no better than the worst kept
+        std::pop_heap(heap.begin(), heap.end(), worse_first);
+        heap.back() = {v, static_cast<int32_t>(i)};
+        std::push_heap(heap.begin(), heap.end(), worse_first);
+        worst = heap.front().first;
+      }
+      std::sort(heap.begin(), heap.end(), worse_first);
       for (int i = 0; i < k; i++) {
-        values.data<float>()[r * k + i] = x[idx[i]];
-        indices.data<int32_t>()[r * k + i] = idx[i];
+        values.data<float>()[r * k + i] = heap[static_cast<size_t>(i)].first;
+        indices.data<int32_t>()[r * k + i] = heap[static_cast<size_t>(i)].second;
       }
     }
   }
 
   void matmul_experts(const Tensor& x, const Linear& w, const Tensor& experts, const Tensor& y) override {
+    Timed timed(*this, "matmul_experts");
     const int64_t R = experts.numel(), X = x.dim(0), E = w.weight.dim(0), K = x.dim(1), N = w.out_features();
     VATIC_CHECK(w.weight.ndim() == 3 && X > 0 && R % X == 0 && y.dim(0) == R && y.dim(1) == N &&
                     w.in_features() == K && experts.dtype() == DType::I32 && experts.is_contiguous(),
@@ -850,6 +923,7 @@ class CpuBackend final : public Backend {
   }
 
   void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) override {
+    Timed timed(*this, "gather_rows");
     const int64_t R = table.dim(0), C = table.dim(1), n = ids.numel();
     VATIC_CHECK((table.dtype() == DType::I32 || table.dtype() == DType::F32) && ids.dtype() == DType::I32 &&
                     out.dtype() == table.dtype() && table.is_contiguous() && out.dim(0) == n && out.dim(1) == C &&
@@ -863,6 +937,7 @@ class CpuBackend final : public Backend {
   }
 
   void scatter(const Tensor& values, const Tensor& index, const Tensor& out) override {
+    Timed timed(*this, "scatter");
     const int64_t n = values.numel(), V = out.numel();
     VATIC_CHECK(values.dtype() == DType::F32 && index.dtype() == DType::I32 && index.numel() == n &&
                     out.dtype() == DType::F32 && out.is_contiguous(),
@@ -875,6 +950,7 @@ class CpuBackend final : public Backend {
   }
 
   void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) override {
+    Timed timed(*this, "combine_rows");
     const int64_t T = out.dim(0), D = out.dim(1), k = weights.dim(1);
     VATIC_CHECK(rows.dim(0) == T * k && rows.dim(1) == D && weights.dim(0) == T && rows.is_contiguous() &&
                     weights.is_contiguous() && out.is_contiguous(),
@@ -890,6 +966,7 @@ class CpuBackend final : public Backend {
   }
 
   void route(const Tensor& a, const RouteParams& p, const Tensor& weights, const Tensor& experts) override {
+    Timed timed(*this, "route");
     const int64_t E = a.dim(-1), T = a.numel() / E;
     const int K = p.k;
     VATIC_CHECK(a.is_contiguous() && K > 0 && K <= E && weights.numel() == T * K && experts.numel() == T * K &&
@@ -957,6 +1034,7 @@ class CpuBackend final : public Backend {
 
   void kv_write(const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& keys, const Tensor& values,
                 const Tensor& slot_pos, bool ring) override {
+    Timed timed(*this, "kv_write");
     const int64_t T = k.dim(0), C = keys.dim(0);
     VATIC_CHECK(positions.dtype() == DType::I32 && positions.is_contiguous() && positions.numel() == T &&
                     slot_pos.dtype() == DType::I32 && slot_pos.is_contiguous() && slot_pos.numel() == C &&
@@ -979,6 +1057,7 @@ class CpuBackend final : public Backend {
   }
 
   void forget_positions(const Tensor& slot_pos, int64_t n) override {
+    Timed timed(*this, "forget_positions");
     VATIC_CHECK(slot_pos.dtype() == DType::I32 && slot_pos.is_contiguous(), "forget_positions: {}",
                 slot_pos.describe());
     int32_t* p = slot_pos.data<int32_t>();
@@ -987,6 +1066,7 @@ class CpuBackend final : public Backend {
   }
 
   void logsumexp(const Tensor& a, float scale, const Tensor& out) override {
+    Timed timed(*this, "logsumexp");
     const int64_t N = a.dim(-1), R = a.numel() / std::max<int64_t>(N, 1);
     VATIC_CHECK(a.dtype() == DType::F32 && a.is_contiguous() && out.dtype() == DType::F32 && out.numel() == R &&
                     out.is_contiguous() && scale > 0,
@@ -1007,6 +1087,7 @@ class CpuBackend final : public Backend {
 
   void residual_mass(const Tensor& p, const Tensor& q, float p_scale, float p_shift, float q_scale, float q_shift,
                      const Tensor& out) override {
+    Timed timed(*this, "residual_mass");
     const int64_t N = p.dim(-1), R = p.numel() / std::max<int64_t>(N, 1);
     VATIC_CHECK(p.dtype() == DType::F32 && q.dtype() == DType::F32 && p.is_contiguous() && q.is_contiguous() &&
                     q.numel() == p.numel() && out.dtype() == DType::F32 && out.is_contiguous() && out.numel() == R,
@@ -1025,6 +1106,7 @@ class CpuBackend final : public Backend {
   }
 
   void mask_tokens(const Tensor& x, const Tensor& bits) override {
+    Timed timed(*this, "mask_tokens");
     const int64_t N = x.numel();
     VATIC_CHECK(x.dtype() == DType::F32 && x.is_contiguous() && bits.dtype() == DType::I32 && bits.is_contiguous() &&
                     bits.numel() * 32 >= N,
@@ -1037,6 +1119,7 @@ class CpuBackend final : public Backend {
 
   void penalize(const Tensor& x, const Tensor& ids, const Tensor& counts, float repeat, float presence,
                 float frequency) override {
+    Timed timed(*this, "penalize");
     const int64_t N = x.numel(), n = ids.numel();
     VATIC_CHECK(x.dtype() == DType::F32 && x.is_contiguous() && ids.dtype() == DType::I32 && ids.is_contiguous() &&
                     counts.dtype() == DType::I32 && counts.is_contiguous() && counts.numel() == n,
@@ -1051,6 +1134,36 @@ class CpuBackend final : public Backend {
       l -= frequency * static_cast<float>(counts.data<int32_t>()[j]);
     }
   }
+
+ private:
+  // Times the outermost op on this thread only: some ops run others (a routed matmul its rows' copies and
+  // matmuls, a cache write its copies), whose time is the caller's.
+  struct Timed {
+    Timed(CpuBackend& b, const char* name) : counted_(b.profiling_.load(std::memory_order_relaxed)), name_(name) {
+      if (!counted_) return;
+      if (depth_++ == 0) {
+        b_ = &b;
+        start_ = std::chrono::steady_clock::now();
+      }
+    }
+    ~Timed() {
+      if (counted_) depth_--;
+      if (!b_) return;
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+      std::lock_guard<std::mutex> lock(b_->profile_mutex_);
+      b_->timings_.push_back({name_, s});
+    }
+    static inline thread_local int depth_ = 0;
+    Timed(const Timed&) = delete;
+    Timed& operator=(const Timed&) = delete;
+    bool counted_;  // profiling was on: this op is in depth_
+    CpuBackend* b_ = nullptr;  // the outermost op: records its time
+    const char* name_;
+    std::chrono::steady_clock::time_point start_;
+  };
+  std::atomic<bool> profiling_{false};
+  std::mutex profile_mutex_;
+  std::vector<std::pair<const char*, double>> timings_;
 };
 
 }  // namespace

@@ -128,8 +128,8 @@ void dequant_row(const Linear& w, int64_t n, float* out, int64_t K) {
 
 class CpuBackend final : public Backend {
  public:
-  // While profiling is on, each op's wall time on the calling thread (bench's per-op table; ops compose no other
-  // virtual op here, so nothing is counted twice).
+  // While profiling is on, each op's wall time on the calling thread (bench's table by operation; an op that runs
+  // others is timed as itself only, see Timed).
   void set_profiling(bool on) override { profiling_.store(on, std::memory_order_relaxed); }
   std::vector<std::pair<std::string, double>> take_profile() override {
     std::lock_guard<std::mutex> lock(profile_mutex_);
@@ -860,38 +860,16 @@ class CpuBackend final : public Backend {
       }
       return;
     }
-    // The k best of a row in one pass: a heap of the best so far, its worst on top, which an element enters only
-    // when it beats that worst (for random logits a few hundred times in a row of thousands), then the heap sorted.
-    // Larger values first, ties to the lower index (as torch.topk does on CPU for these sizes), NaNs after every
-    // number: an element scanned later never beats an equal one already in the heap, so "beats" is "is larger".
-    auto better = [](float xi, int32_t i, float xj, int32_t j) {
-      const bool ni = xi != xi, nj = xj != xj;
-      if (ni != nj) return nj;
-      return (!ni && xi > xj) || ((ni || xi == xj) && i < j);
-    };
-    std::vector<std::pair<float, int32_t>> heap;
-    heap.reserve(static_cast<size_t>(k));
-    auto worse_first = [&](const std::pair<float, int32_t>& p, const std::pair<float, int32_t>& q) {
-      return better(p.first, p.second, q.first, q.second);  // a max-heap of "worse": the worst on top
-    };
+    std::vector<int32_t> idx(N);
     for (int64_t r = 0; r < R; r++) {
       const float* x = a.data<float>() + r * N;
-      heap.clear();
-      for (int64_t i = 0; i < k; i++) heap.push_back({x[i], static_cast<int32_t>(i)});
-      std::make_heap(heap.begin(), heap.end(), worse_first);
-      float worst = heap.front().first;
-      for (int64_t i = k; i < N; i++) {
-        const float v = x[i];
-        if (!(v > worst) && !(worst != worst && v == v)) continue;  // no better than the worst kept
-        std::pop_heap(heap.begin(), heap.end(), worse_first);
-        heap.back() = {v, static_cast<int32_t>(i)};
-        std::push_heap(heap.begin(), heap.end(), worse_first);
-        worst = heap.front().first;
-      }
-      std::sort(heap.begin(), heap.end(), worse_first);
+      for (int64_t i = 0; i < N; i++) idx[i] = static_cast<int32_t>(i);
+      // Ties go to the lower index, as torch.topk does on CPU for these sizes.
+      std::partial_sort(idx.begin(), idx.begin() + k, idx.end(),
+                        [&](int32_t i, int32_t j) { return x[i] > x[j] || (x[i] == x[j] && i < j); });
       for (int i = 0; i < k; i++) {
-        values.data<float>()[r * k + i] = heap[static_cast<size_t>(i)].first;
-        indices.data<int32_t>()[r * k + i] = heap[static_cast<size_t>(i)].second;
+        values.data<float>()[r * k + i] = x[idx[i]];
+        indices.data<int32_t>()[r * k + i] = idx[i];
       }
     }
   }

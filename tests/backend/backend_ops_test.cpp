@@ -637,7 +637,7 @@ TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
 
 // Top-k over rows with many ties and infinities, k from 2 to the whole row: the same ids and values as a stable
 // sort (larger first, ties to the lower index).
-TEST(Elementwise, TopkTiesInfinitiesAndNans) {
+TEST(Elementwise, TopkTiesAndInfinities) {
   Backend& be = cpu_backend();
   std::uniform_int_distribution<int> level(-6, 6);
   for (int64_t N : {7, 64, 2048, 5000})

@@ -311,6 +311,13 @@ class Backend {
   virtual void gather_rows(const Tensor& table, const Tensor& ids, const Tensor& out) = 0;
   // out[index[i]] = values[i] for F32 values [n], I32 index [n] and a contiguous F32 out (indices distinct).
   virtual void scatter(const Tensor& values, const Tensor& index, const Tensor& out) = 0;
+  // A head over chosen clusters of the vocabulary (the Gemma 4 assistant's centroid head): logits[v] = y · table[v]
+  // for every token v of the clusters named in `clusters` (rows of groups, I32 [C, per], a partition of the
+  // vocabulary), -inf for every other token. y F32 [1, K]; table [V, K] (any encoding `embedding` takes); clusters
+  // I32 [k], distinct; logits F32 [1, V], contiguous. An id outside its table is an error. The default gathers the
+  // clusters' tokens and rows, multiplies and scatters into a row of -inf; an accelerator does it in one pass.
+  virtual void masked_logits(const Tensor& y, const Linear& table, const Tensor& groups, const Tensor& clusters,
+                             const Tensor& logits);
   // Mixture-of-experts routing of router outputs a [T, E] into k experts per row: see RouteParams.
   virtual void route(const Tensor& a, const RouteParams& p, const Tensor& weights, const Tensor& experts) = 0;
 

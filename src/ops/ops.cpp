@@ -86,6 +86,12 @@ Tensor matmul(const Tensor& x, const Linear& w) {
   backend_of_linear("matmul", x, w).matmul(x, w, y, false);
   return y;
 }
+void matmul_into(const Tensor& x, const Linear& w, const Tensor& y) {
+  VATIC_CHECK(y.dtype() == DType::F32 && y.is_contiguous() && y.ndim() == 2 && y.dim(0) == x.dim(0) &&
+                  y.dim(1) == w.out_features(),
+              "matmul_into: {} for {} rows of {} outputs", y.describe(), x.dim(0), w.out_features());
+  backend_of_all("matmul", y, x, w.weight, w.scales, w.biases).matmul(x, w, y, false);
+}
 void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y) {
   backend_of_all("matmul", y, x, w.weight, w.scales, w.biases).matmul(x, w, y, true);
 }
@@ -104,6 +110,12 @@ Tensor embedding(const Linear& table, const Tensor& ids_, float scale) {
   Tensor out = empty_like(table.weight, {ids_.numel(), table.in_features()});
   backend_of_linear("embedding", ids_, table).embedding(table, ids_, scale, out);
   return out;
+}
+void embedding_into(const Linear& table, const Tensor& ids_, float scale, const Tensor& out) {
+  VATIC_CHECK(out.ndim() == 2 && out.dim(0) == ids_.numel() && out.dim(1) == table.in_features() &&
+                  out.dtype() == DType::F32 && out.stride(1) == 1,
+              "embedding_into: {} for {} ids of width {}", out.describe(), ids_.numel(), table.in_features());
+  backend_of_all("embedding", out, ids_, table.weight, table.scales, table.biases).embedding(table, ids_, scale, out);
 }
 Tensor embedding(const Tensor& table, const Tensor& ids_, float scale) {
   Linear l;
@@ -338,6 +350,13 @@ Tensor gather_rows(const Tensor& table, const Tensor& ids_) {
 }
 void scatter(const Tensor& values, const Tensor& index, const Tensor& out) {
   backend_of_all("scatter", out, values, index).scatter(contiguous(values), contiguous(index), out);
+}
+
+Tensor masked_logits(const Tensor& y, const Linear& table, const Tensor& groups, const Tensor& clusters) {
+  Tensor logits = empty_like(y, {1, table.out_features()});
+  backend_of_all("masked_logits", y, groups, clusters, table.weight, table.scales, table.biases)
+      .masked_logits(contiguous(y), table, contiguous(groups), contiguous(clusters), logits);
+  return logits;
 }
 
 void kv_write(const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& keys, const Tensor& values,

@@ -24,11 +24,15 @@ void copy_into(const Tensor& src, const Tensor& dst);
 
 // x [T, K] -> [T, N]
 Tensor matmul(const Tensor& x, const Linear& w);
+// The same into y [T, N] (F32, contiguous; e.g. a part of a wider buffer's only row).
+void matmul_into(const Tensor& x, const Linear& w, const Tensor& y);
 void matmul_accumulate(const Tensor& x, const Linear& w, const Tensor& y);
 // {matmul(x, *w) for w in ws} in one op (see Backend::matmul_many).
 std::vector<Tensor> matmul_many(const Tensor& x, const std::vector<const Linear*>& ws);
 Tensor embedding(const Linear& table, const Tensor& ids, float scale = 1.0f);
 Tensor embedding(const Tensor& table, const Tensor& ids, float scale = 1.0f);
+// The same into out [ids.numel(), K], rows of unit stride at any row stride (columns of a wider tensor).
+void embedding_into(const Linear& table, const Tensor& ids, float scale, const Tensor& out);
 // Over the last dim; w may be undefined for the weight-less variant.
 Tensor rms_norm(const Tensor& x, const Tensor& w, float eps);
 // The same into y of x's shape; x and y may be rows of unit stride in wider tensors (read and written in place).
@@ -120,6 +124,8 @@ ResidualAndNorm combine_post_norms(const Tensor& rows, const Tensor& weights, co
 void route(const Tensor& router_out, const RouteParams& p, Tensor* weights, Tensor* experts);
 Tensor gather_rows(const Tensor& table, const Tensor& ids);  // [ids.numel(), C] of the table's dtype (I32, F32)
 void scatter(const Tensor& values, const Tensor& index, const Tensor& out);
+// y · table over the tokens of the chosen clusters, -inf elsewhere: F32 [1, V] (see Backend::masked_logits).
+Tensor masked_logits(const Tensor& y, const Linear& table, const Tensor& groups, const Tensor& clusters);
 // KV cache writes (see Backend::kv_write / forget_positions).
 void kv_write(const Tensor& k, const Tensor& v, const Tensor& positions, const Tensor& keys, const Tensor& values,
               const Tensor& slot_pos, bool ring);

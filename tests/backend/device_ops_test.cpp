@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <optional>
 #include <random>
 #include <set>
@@ -817,9 +818,10 @@ TEST(DeviceOps, MixtureNorms) {
 // An output projection with the residual add (and the next norm) after it, in one op: against the CPU's
 // composition, in every weight layout the decode path takes, past 8 rows (composed) and at widths the GEMV fills
 // unevenly; and a row's result does not depend on how many rows go with it (decode and verification agree bit for
-// bit). One-row launches take the GEMV and then the norm kernel; with VATIC_FUSED_NORMS=1 the GEMV's last block
-// finishes the row instead (run this test with it set too): several launches in a row check that it leaves its
-// completion counter ready for the next, and rows of 2,816 that its slices and the norm kernel's registers agree.
+// bit). One-row launches take the GEMV and then the norm kernel; short rows (7 and 256 here), and every row with
+// VATIC_FUSED_NORMS=1, have the GEMV's last block finish the row instead (run this test with it set too): several
+// launches in a row check that it leaves its completion counter ready for the next, and rows of 2,816 that its
+// slices and the norm kernel's registers agree.
 TEST(DeviceOps, ProjectionWithResidualNorm) {
   FOR_EACH_DEVICE([](Device dev) {
     Backend& be = backend_for(dev);
@@ -828,7 +830,7 @@ TEST(DeviceOps, ProjectionWithResidualNorm) {
     struct Size {
       int64_t N, K;
     };
-    for (Size sz : {Size{7, 64}, Size{1536, 2048}, Size{1537, 512}, Size{2816, 256}})
+    for (Size sz : {Size{7, 64}, Size{256, 2048}, Size{1536, 2048}, Size{1537, 512}, Size{2816, 256}})
       for (int bits : {0, 8, 4}) {
         const Linear W = bits ? random_quantized(0, sz.N, sz.K, bits, 64)
                               : dense(random_host({sz.N, sz.K}, DType::BF16, 0.1f));
@@ -1189,6 +1191,74 @@ TEST(DeviceOps, GatherRowsAndScatter) {
     cpu_backend().scatter(vals, index, out_want);
     backend_for(dev).scatter(on(dev, vals), on(dev, index), out_got);
     expect_close(out_got, out_want, 0, "scatter");
+  });
+}
+
+// A vocabulary of V tokens in C clusters of `per` (a fixed scramble of the ids), as the Gemma 4 assistant's head
+// groups them.
+Tensor cluster_table(int64_t C, int64_t per) {
+  const int64_t V = C * per;
+  std::vector<int32_t> ids(static_cast<size_t>(V));
+  for (int64_t i = 0; i < V; i++) ids[static_cast<size_t>(i)] = static_cast<int32_t>((i * 7919 + 13) % V);
+  return Tensor::from_ints(ids, {C, per});
+}
+
+// The head over chosen clusters against its definition: each chosen cluster's tokens get y · table[token] (summed
+// here in double), every other token -inf.
+TEST(MoeOps, CpuMaskedLogits) {
+  OwnRandom own(31);
+  const int64_t C = 8, per = 8, V = C * per, K = 20;
+  Tensor table = random_host({V, K}, DType::BF16), y = random_host({1, K});
+  Tensor groups = cluster_table(C, per), clusters = Tensor::from_ints({5, 2}, {2});
+  Tensor got = Tensor::empty({1, V}, DType::F32);
+  cpu_backend().masked_logits(y, dense(table), groups, clusters, got);
+  std::vector<bool> chosen(static_cast<size_t>(V), false);
+  for (int c : {5, 2})
+    for (int64_t j = 0; j < per; j++) chosen[static_cast<size_t>(groups.data<int32_t>()[c * per + j])] = true;
+  for (int64_t v = 0; v < V; v++) {
+    const float g = got.data<float>()[v];
+    if (!chosen[static_cast<size_t>(v)]) {
+      EXPECT_EQ(g, -std::numeric_limits<float>::infinity()) << "token " << v;
+      continue;
+    }
+    double want = 0;
+    for (int64_t k = 0; k < K; k++)
+      want += double(y.data<float>()[k]) * double(bf16_to_f32(table.data<uint16_t>()[v * K + k]));
+    EXPECT_NEAR(g, want, 1e-5 * std::max(1.0, std::fabs(want))) << "token " << v;
+  }
+  EXPECT_THROW(cpu_backend().masked_logits(y, dense(table), groups, Tensor::from_ints({8}, {1}), got), Error);
+}
+
+// The device's one-pass head against the CPU's composition: bf16 rows in 16-byte chunks (clusters of more tokens
+// than a block takes), rows of a width that is not (the general row dot), quantized tables, one cluster and all.
+TEST(DeviceOps, MaskedLogits) {
+  FOR_EACH_DEVICE([](Device dev) {
+    OwnRandom own(32);
+    struct Case {
+      int64_t C, per, K;
+      int bits;
+      std::vector<int32_t> clusters;
+    };
+    for (const Case& c : {Case{256, 128, 256, 0, {3, 255, 0, 17, 128, 64, 9, 200}}, Case{64, 5, 40, 0, {63, 1, 2}},
+                          Case{32, 40, 128, 8, {31, 0, 7}}, Case{32, 40, 128, 4, {5}},
+                          Case{4, 3, 16, 0, {3, 2, 1, 0}}}) {
+      SCOPED_TRACE(fmt::format("C={} per={} K={} bits {} k={}", c.C, c.per, c.K, c.bits, c.clusters.size()));
+      const int64_t V = c.C * c.per;
+      const Linear table = c.bits ? random_quantized(0, V, c.K, c.bits, 64)
+                                  : dense(random_host({V, c.K}, DType::BF16));
+      Tensor y = random_host({1, c.K}), groups = cluster_table(c.C, c.per);
+      Tensor clusters = Tensor::from_ints(c.clusters, {static_cast<int64_t>(c.clusters.size())});
+      Tensor want = Tensor::empty({1, V}, DType::F32);
+      cpu_backend().masked_logits(y, table, groups, clusters, want);
+      Tensor got = backend_for(dev).empty({1, V}, DType::F32);
+      backend_for(dev).masked_logits(on(dev, y), on(dev, table), on(dev, groups), on(dev, clusters), got);
+      expect_close(got, want, 2e-5, "masked_logits");
+    }
+    // A cluster id outside the table is an error at the next synchronisation, not a crash.
+    Tensor got = backend_for(dev).empty({1, 12}, DType::F32);
+    backend_for(dev).masked_logits(on(dev, random_host({1, 16})), on(dev, dense(random_host({12, 16}, DType::BF16))),
+                                   on(dev, cluster_table(4, 3)), on(dev, Tensor::from_ints({4}, {1})), got);
+    EXPECT_THROW(ops::to_host(got), InvalidInput);
   });
 }
 

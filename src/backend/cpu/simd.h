@@ -43,6 +43,25 @@ struct QGemmArgs {
   bool accumulate = false;
 };
 
+// Rows of an RMS norm's output (the norm's scale inv[r] already computed): y[r·ldy + i] = x[r·ldx + i]·inv[r]·w[i],
+// the two products rounded in that order, with w the f32 weights wf, or the bf16 weights wb (widened exactly), or
+// none (y = x·inv[r]); or, with res, the residual step of add_rms_norm: y = (res[r·ldr + i] + x·inv[r]·w[i])·s (the
+// product rounded before the add, never fused into it; no ·s when s is 1). Each element gets the scalar
+// expression's operations in its order on every path; y may be x or res.
+struct NormRows {
+  const float* x = nullptr;
+  int64_t ldx = 0;
+  const float* inv = nullptr;  // [R]
+  const float* wf = nullptr;
+  const uint16_t* wb = nullptr;
+  const float* res = nullptr;
+  int64_t ldr = 0;
+  float s = 1.0f;
+  float* y = nullptr;
+  int64_t ldy = 0;
+  int64_t R = 0, n = 0;
+};
+
 struct Kernels {
   const char* isa;
   // sum_i x[i] * w[i]
@@ -78,6 +97,15 @@ struct Kernels {
   // One row of permute_int4_activations: x [K] -> out [K], each 32-input chunk reordered to (even inputs, odd
   // inputs); a tail of fewer than 32 inputs is left unwritten. A copy: every path writes the same values.
   void (*permute_int4_row)(const float* x, int64_t K, float* out);
+  // out[r] = sumsq(x + r·ldx, n) for r < R, each bit for bit this table's sumsq of that row: rows are summed side by
+  // side (independent chains for the FMA units), each in sumsq's order.
+  void (*sumsq_rows)(const float* x, int64_t ldx, int64_t R, int64_t n, double* out);
+  // The elementwise part of rms_norm and add_rms_norm (NormRows).
+  void (*norm_rows)(const NormRows& a);
+  // NeoX rotary embedding of `rows` rows of v (row stride ldv) in place: for i < n, with a = v[i] and b = v[i + half],
+  // v[i] = a·c[i] - b·s[i] and v[i + half] = b·c[i] + a·s[i], each product rounded before the add or subtract (the
+  // scalar expression without fused multiply-adds), on every path.
+  void (*rope_neox)(float* v, int64_t ldv, int64_t rows, int64_t half, const float* c, const float* s, int64_t n);
 };
 
 const Kernels& kernels();

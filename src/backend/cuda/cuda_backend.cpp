@@ -293,8 +293,11 @@ class CudaBackend final : public Backend {
     cuda::set_gemv_group_rows(env_int("VATIC_GEMV_GROUP_ROWS", 4, 0, 8));
     cuda::set_norm_prefetch(!env_is("VATIC_NORM_PREFETCH", "0"));
     // The residual norm of a one-row projection in its own launch after the GEMV, as verification's rows take it,
-    // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md).
+    // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md). Rows of at most
+    // VATIC_FUSED_NORM_ROWS outputs (1024 by default: the drafters' rows, none of the targets') always take the
+    // last block: their GEMV is a few blocks, and the launch saved is most of a drafter layer's norm.
     fused_norms_ = env_is("VATIC_FUSED_NORMS", "1");
+    fused_norm_rows_ = env_int("VATIC_FUSED_NORM_ROWS", 1024, 0, 1 << 30);
     start_kernel_trace();
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
@@ -611,9 +614,9 @@ class CudaBackend final : public Backend {
   void matmul_add_rms_norm(const Tensor& a, const Linear& W, const Tensor& x, const Tensor* w, float eps, float s,
                            const Tensor& y, const Tensor* w_next, const Tensor* n) override {
     const int64_t T = a.ndim() == 2 ? a.dim(0) : 0, K = a.ndim() == 2 ? a.dim(1) : 0, N = W.out_features();
-    // One row with VATIC_FUSED_NORMS=1: the GEMV's last block adds and normalises. Otherwise the GEMV and then the
+    // One row with VATIC_FUSED_NORMS=1 or of a short row: the GEMV's last block adds and normalises. Otherwise the GEMV and then the
     // norm kernel, whose row arithmetic is the same (docs/gpu.md).
-    const bool fits = fused_norms_ && T == 1 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
+    const bool fits = (fused_norms_ || N <= fused_norm_rows_) && T == 1 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
                       (!W.quantized() || K % W.group == 0) && x.dtype() == DType::F32 && x.is_contiguous() &&
                       y.is_contiguous() && x.numel() == T * N && y.numel() == T * N &&
                       (!n || (n->is_contiguous() && n->numel() == T * N));
@@ -1286,6 +1289,24 @@ class CudaBackend final : public Backend {
     check_launch("scatter");
   }
 
+  void masked_logits(const Tensor& y, const Linear& table, const Tensor& groups, const Tensor& clusters,
+                     const Tensor& logits) override {
+    const int64_t K = table.in_features(), V = table.out_features();
+    const int64_t C = groups.ndim() == 2 ? groups.dim(0) : 0, per = groups.ndim() == 2 ? groups.dim(1) : 0;
+    const bool fits = y.dtype() == DType::F32 && y.is_contiguous() && y.numel() == K && groups.dtype() == DType::I32 &&
+                      groups.is_contiguous() && C * per == V && C <= cuda::kMaxMaskedClusters &&
+                      clusters.dtype() == DType::I32 && clusters.is_contiguous() && clusters.numel() <= C &&
+                      logits.dtype() == DType::F32 && logits.is_contiguous() && logits.numel() == V &&
+                      (!table.quantized() || K % table.group == 0);
+    if (!fits) return Backend::masked_logits(y, table, groups, clusters, logits);
+    Timed timed_(*this, "masked_logits");
+    bind();
+    cuda::masked_logits(y.data<float>(), weight(table), V, K, groups.data<int32_t>(), C, per,
+                        clusters.data<int32_t>(), static_cast<int>(clusters.numel()), logits.data<float>(), flag_dev_,
+                        stream_);
+    check_launch("masked_logits");
+  }
+
   void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) override {
     Timed timed_(*this, "combine_rows");
     const int64_t T = out.dim(0), D = out.dim(1), k = weights.dim(1);
@@ -1542,6 +1563,7 @@ class CudaBackend final : public Backend {
   unsigned* counter_dev_ = nullptr;
   void* digits_dev_ = nullptr;
   bool fused_norms_ = false;
+  int64_t fused_norm_rows_ = 0;
   unsigned long long* distinct_experts_dev_ = nullptr;  // counted while profiling (take_counts)
   bool profiling_ = false;
   bool recording_ = false;

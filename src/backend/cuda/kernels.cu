@@ -4,6 +4,7 @@
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
+#include <algorithm>
 #include <cfloat>
 #include <climits>
 #include <cstdint>
@@ -2955,6 +2956,98 @@ __global__ void scatter_kernel(const float* values, const int32_t* index, int64_
   }
 }
 
+// Backend::masked_logits. Blocks [0, k · split) take the chosen clusters, `split` blocks each, a warp four
+// tokens; the blocks after them write -inf over a run of `fill_span` clusters each, skipping the chosen ones.
+constexpr int kMaskedThreads = 256, kMaskedRowsPerWarp = 4;
+constexpr int kMaskedRowsPerBlock = kMaskedThreads / 32 * kMaskedRowsPerWarp;
+struct MaskedLogitsArgs {
+  const float* y;
+  Weight w;
+  int64_t V, K, C, per;
+  const int32_t* groups;
+  const int32_t* clusters;
+  int k, split;
+  int64_t fill_span;
+  bool vec;  // bf16 rows and y in 16-byte chunks
+  float* logits;
+  int* bad;
+};
+__global__ void __launch_bounds__(kMaskedThreads) masked_logits_kernel(MaskedLogitsArgs a) {
+  pdl_begin();
+  auto report = [&](int id) {
+    a.bad[1] = id;
+    atomicExch(a.bad, 1);
+  };
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  if (blockIdx.x < static_cast<unsigned>(a.k * a.split)) {
+    const int32_t c = a.clusters[blockIdx.x / a.split];
+    if (c < 0 || c >= a.C) {
+      if (threadIdx.x == 0) report(c);
+      return;
+    }
+    const int64_t first = (blockIdx.x % a.split) * int64_t(kMaskedRowsPerBlock) + warp * kMaskedRowsPerWarp;
+    int32_t id[kMaskedRowsPerWarp];
+    bool ok[kMaskedRowsPerWarp];
+#pragma unroll
+    for (int u = 0; u < kMaskedRowsPerWarp; u++) {
+      const int64_t j = first + u;
+      id[u] = j < a.per ? a.groups[c * a.per + j] : 0;
+      ok[u] = j < a.per && id[u] >= 0 && id[u] < a.V;
+      if (j < a.per && !ok[u] && lane == 0) report(id[u]);
+    }
+    float acc[kMaskedRowsPerWarp] = {};
+    if (a.vec) {
+      const float4* y4 = reinterpret_cast<const float4*>(a.y);
+      for (int64_t ch = lane; ch < a.K / 8; ch += 32) {
+        uint4 q[kMaskedRowsPerWarp];
+#pragma unroll
+        for (int u = 0; u < kMaskedRowsPerWarp; u++)
+          q[u] = ok[u] ? static_cast<const uint4*>(weight_row(a.w, 0, id[u]))[ch] : make_uint4(0, 0, 0, 0);
+        const float4 x0 = y4[2 * ch], x1 = y4[2 * ch + 1];
+#pragma unroll
+        for (int u = 0; u < kMaskedRowsPerWarp; u++) {
+          float wv[8];
+          bf16x8_floats(q[u], wv);
+          acc[u] = dot8(acc[u], x0, x1, wv);
+        }
+      }
+    } else {
+#pragma unroll
+      for (int u = 0; u < kMaskedRowsPerWarp; u++) {
+        if (!ok[u]) continue;
+        float r[1];
+        row_dot<1>(a.y, a.K, 1, a.w, weight_row(a.w, 0, id[u]), scale_row(a.w, a.w.scales, 0, id[u]),
+                   scale_row(a.w, a.w.biases, 0, id[u]), a.K, r, 0, 1);
+        acc[u] = r[0];
+      }
+    }
+#pragma unroll
+    for (int u = 0; u < kMaskedRowsPerWarp; u++) {
+      const float v = warp_sum(acc[u]);
+      if (lane == 0 && ok[u]) a.logits[id[u]] = v;
+    }
+    return;
+  }
+  __shared__ uint32_t chosen[kMaxMaskedClusters / 32];
+  for (int64_t i = threadIdx.x; i < (a.C + 31) / 32; i += blockDim.x) chosen[i] = 0;
+  __syncthreads();
+  for (int i = threadIdx.x; i < a.k; i += blockDim.x) {
+    const int32_t c = a.clusters[i];
+    if (c >= 0 && c < a.C) atomicOr(&chosen[c / 32], 1u << (c % 32));
+  }
+  __syncthreads();
+  const int64_t c0 = (blockIdx.x - a.k * a.split) * a.fill_span, c1 = min(a.C, c0 + a.fill_span);
+  for (int64_t i = c0 * a.per + threadIdx.x; i < c1 * a.per; i += blockDim.x) {
+    const int64_t c = i / a.per;
+    if (chosen[c / 32] >> (c % 32) & 1u) continue;
+    const int32_t id = a.groups[i];
+    if (id < 0 || id >= a.V)
+      report(id);
+    else
+      a.logits[id] = -INFINITY;
+  }
+}
+
 __global__ void kv_write_kernel(KvWriteArgs a) {
   pdl_begin();
   const int64_t t = blockIdx.x / a.H, h = blockIdx.x % a.H;
@@ -3904,6 +3997,31 @@ void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids,
 void scatter(const float* values, const int32_t* index, int64_t n, float* out, int64_t V, int* bad, cudaStream_t s) {
   if (n == 0) return;
   launch(scatter_kernel, blocks_for(n), kThreads, 0, s, values, index, n, out, V, bad);
+}
+
+void masked_logits(const float* y, const Weight& table, int64_t V, int64_t K, const int32_t* groups, int64_t C,
+                   int64_t per, const int32_t* clusters, int k, float* logits, int* bad, cudaStream_t s) {
+  if (V == 0) return;
+  MaskedLogitsArgs a{};
+  a.y = y;
+  a.w = table;
+  a.V = V;
+  a.K = K;
+  a.C = C;
+  a.per = per;
+  a.groups = groups;
+  a.clusters = clusters;
+  a.k = k;
+  a.split = static_cast<int>((per + kMaskedRowsPerBlock - 1) / kMaskedRowsPerBlock);
+  // About a wave of fill blocks, each over whole clusters.
+  const int64_t fill_blocks = std::max<int64_t>(1, std::min<int64_t>(C, 2 * g_sms));
+  a.fill_span = (C + fill_blocks - 1) / fill_blocks;
+  a.vec = table.bits == 0 && table.type == kBF16 && K % 8 == 0 && table.ld % 8 == 0 &&
+          reinterpret_cast<uintptr_t>(table.data) % 16 == 0 && reinterpret_cast<uintptr_t>(y) % 16 == 0;
+  a.logits = logits;
+  a.bad = bad;
+  const int64_t blocks = int64_t(k) * a.split + (C + a.fill_span - 1) / a.fill_span;
+  launch(masked_logits_kernel, static_cast<unsigned>(blocks), kMaskedThreads, 0, s, a);
 }
 
 void route(const RouteArgs& a, cudaStream_t s) {

@@ -291,6 +291,13 @@ void gather_rows(const int32_t* table, int64_t R, int64_t C, const int32_t* ids,
 // out[index[i]] = values[i]; an index outside [0, V) is skipped and reported through bad as above.
 void scatter(const float* values, const int32_t* index, int64_t n, float* out, int64_t V, int* bad, cudaStream_t s);
 
+// Backend::masked_logits in one launch: blocks for the tokens of each chosen cluster (a warp takes four tokens'
+// dot products with y at once) and blocks that write -inf for the tokens of every other cluster. Up to
+// kMaxMaskedClusters clusters; a cluster or token id out of range is reported through bad as above.
+constexpr int64_t kMaxMaskedClusters = 8192;
+void masked_logits(const float* y, const Weight& table, int64_t V, int64_t K, const int32_t* groups, int64_t C,
+                   int64_t per, const int32_t* clusters, int k, float* logits, int* bad, cudaStream_t s);
+
 struct RouteArgs {
   const float* a;
   int64_t T, E;

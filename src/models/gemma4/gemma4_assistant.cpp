@@ -2,8 +2,6 @@
 
 #include <cmath>
 #include <cstdio>
-#include <tuple>
-#include <limits>
 
 #include "models/weights.h"
 #include "ops/ops.h"
@@ -61,29 +59,23 @@ Gemma4Assistant::Gemma4Assistant(Gemma4Model& target, Gemma4AssistantConfig conf
 }
 
 Tensor Gemma4Assistant::head(const Tensor& y) {
-  const int64_t V = cfg_.text.vocab_size;
   if (!cfg_.use_ordered_embeddings) return ops::matmul(y, embed_);
-  // Centroid-masked head, on the device: score clusters, keep the top ones, score only their tokens; the rest
-  // are -inf.
-  const int k = cfg_.centroid_intermediate_top_k;
-  const int64_t per = V / cfg_.num_centroids;
+  // Centroid-masked head: score the clusters, keep the top ones, score only their tokens; the rest are -inf.
   Tensor cv, ci;
-  ops::topk(ops::matmul(y, centroids_), k, &cv, &ci);                          // [1, k]
-  Tensor ids = ops::gather_rows(token_groups_, ci.reshape({k})).reshape({k * per});  // their tokens
-  Tensor rows = ops::embedding(embed_, ids, 1.0f);                               // [k·per, Ha]
-  Tensor sel = ops::matmul(y, Linear{rows, {}, {}, 0, 0, true});                 // [1, k·per]
-  Tensor logits = ops::empty_like(y, {1, V});
-  ops::backend_of(logits).fill(logits, -std::numeric_limits<float>::infinity());
-  ops::scatter(sel.reshape({k * per}), ids, logits);
-  return logits;
+  ops::topk(ops::matmul(y, centroids_), cfg_.centroid_intermediate_top_k, &cv, &ci);  // [1, k]
+  return ops::masked_logits(y, embed_, token_groups_, ci);
 }
 
-std::pair<Tensor, Tensor> Gemma4Assistant::step(KvState& st, const Tensor& token, const Tensor& positions,
-                                                const Tensor& h) {
+Tensor Gemma4Assistant::io_hidden(const Tensor& io) const {
+  const int64_t BH = cfg_.backbone_hidden_size;
+  return io.reshape({2 * BH}).slice(0, BH, 2 * BH).reshape({1, BH});
+}
+
+Tensor Gemma4Assistant::step(KvState& st, const Tensor& token, const Tensor& positions, const Tensor& io) {
   const auto& tc = cfg_.text;
   const float eps = static_cast<float>(tc.rms_norm_eps);
-  Tensor e = target_.embed(token);
-  Tensor x = ops::matmul(ops::concat_cols(e, h), pre_projection_);
+  target_.embed_into(token, io.slice(1, 0, cfg_.backbone_hidden_size));
+  Tensor x = ops::matmul(io, pre_projection_);
   // Each residual add also applies the norm that follows it (the next block's input norm, finally the output norm).
   Tensor xn = ops::rms_norm(x, layers_[0].input_ln, eps);
   for (int i = 0; i < tc.num_layers; i++) {
@@ -105,7 +97,9 @@ std::pair<Tensor, Tensor> Gemma4Assistant::step(KvState& st, const Tensor& token
     xn = f.normed;
   }
   const Tensor& y = xn;
-  return {head(y), ops::matmul(y, post_projection_)};
+  Tensor logits = head(y);
+  ops::matmul_into(y, post_projection_, io_hidden(io));  // the projection above has read io's h
+  return logits;
 }
 
 bool Gemma4Assistant::ready(StepGraph& g, KvState& st, const std::function<void()>& work) {
@@ -114,7 +108,7 @@ bool Gemma4Assistant::ready(StepGraph& g, KvState& st, const std::function<void(
   g.graph.reset();
   g.token = backend_for(dev).empty({1}, DType::I32);
   g.position = backend_for(dev).empty({1}, DType::I32);
-  g.h = backend_for(dev).empty({1, cfg_.backbone_hidden_size}, DType::F32);
+  g.io = backend_for(dev).empty({1, 2 * cfg_.backbone_hidden_size}, DType::F32);
   try {
     g.graph = ops::record(dev, work);
   } catch (const DeviceError&) {
@@ -134,7 +128,7 @@ bool Gemma4Assistant::ready(StepGraph& g, KvState& st, const std::function<void(
 void Gemma4Assistant::feed(StepGraph& g, int32_t position, int32_t token, const Tensor& h) {
   const Device dev = target_.device();
   ops::copy_into(ops::ids({position}, dev), g.position);
-  ops::copy_into(h.reshape({1, cfg_.backbone_hidden_size}), g.h);
+  ops::copy_into(h.reshape({1, cfg_.backbone_hidden_size}), io_hidden(g.io));
   ops::copy_into(ops::ids({token}, dev), g.token);
 }
 
@@ -143,33 +137,31 @@ std::vector<Tensor> Gemma4Assistant::draft(SequenceState& target_state, int32_t 
   auto& st = static_cast<KvState&>(target_state);
   const int32_t p = static_cast<int32_t>(st.length());  // the position of last_token: every step queries here
   const Device dev = target_.device();
-  Tensor h = last_hidden.reshape({1, cfg_.backbone_hidden_size});
   int32_t t = last_token;
   std::vector<Tensor> out;
   if (graphs_ && steps > 0) {
     // The steps replay one recorded graph: it reads the target's caches in place, so it is recorded again when
     // their buffers move.
     StepGraph& g = graph_;
-    if (ready(g, st, [&] { std::tie(g.logits, g.h_next) = step(st, g.token, g.position, g.h); })) {
-      feed(g, p, t, h);
+    if (ready(g, st, [&] { g.logits = step(st, g.token, g.position, g.io); })) {
+      feed(g, p, t, last_hidden);
       for (int s = 0; s < steps; s++) {
         if (s > 0) ops::copy_into(ops::ids({t}, dev), g.token);
         g.graph->replay();
         Tensor logits = ops::empty_like(g.logits, g.logits.shape());
         ops::copy_into(g.logits, logits);
         out.push_back(logits);
-        if (s + 1 < steps) ops::copy_into(g.h_next, g.h);
         t = choose(logits);
       }
       return out;
     }
   }
   Tensor positions = ops::ids({p}, dev);
+  Tensor io = ops::empty_like(last_hidden, {1, 2 * cfg_.backbone_hidden_size});
+  ops::copy_into(last_hidden.reshape({1, cfg_.backbone_hidden_size}), io_hidden(io));
   for (int s = 0; s < steps; s++) {
-    auto [logits, h_next] = step(st, ops::ids({t}, dev), positions, h);
-    out.push_back(logits);
-    h = h_next;
-    t = choose(logits);
+    out.push_back(step(st, ops::ids({t}, dev), positions, io));
+    t = choose(out.back());
   }
   return out;
 }
@@ -181,14 +173,13 @@ std::vector<int32_t> Gemma4Assistant::draft_greedy(SequenceState& target_state, 
   ChainGraph& g = chains_[steps];
   if (!g.ids.defined()) g.ids = backend_for(target_.device()).empty({steps}, DType::I32);
   const bool recorded = ready(g, st, [&] {
-    Tensor t = g.token, h = g.h;
+    Tensor t = g.token;
     for (int s = 0; s < steps; s++) {
-      auto [logits, h_next] = step(st, t, g.position, h);
+      Tensor logits = step(st, t, g.position, g.io);
       Tensor value, index;
       ops::topk(logits, 1, &value, &index);
       t = index.reshape({1});
       ops::copy_into(t, g.ids.slice(0, s, s + 1));
-      h = h_next;
     }
   });
   if (!recorded) return Drafter::draft_greedy(target_state, last_token, last_hidden, steps);

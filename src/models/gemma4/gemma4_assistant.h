@@ -25,16 +25,19 @@ class Gemma4Assistant final : public Drafter {
 
  private:
   Tensor head(const Tensor& y);  // [1, V] logits (centroid-masked entries are -inf)
-  // One draft step: token [1] and position [1] (I32), h [1, BH] -> logits [1, V] and the next step's h.
-  std::pair<Tensor, Tensor> step(KvState& st, const Tensor& token, const Tensor& position, const Tensor& h);
+  // One draft step: token [1] and position [1] (I32) -> logits [1, V]. io [1, 2·BH] holds the step's input row,
+  // [embedding | h]: the step writes the token's embedding into its first half, reads the row, and leaves the next
+  // step's h in its second half (so a chain of steps passes h on without a copy).
+  Tensor step(KvState& st, const Tensor& token, const Tensor& position, const Tensor& io);
+  Tensor io_hidden(const Tensor& io) const;  // the second half of io, [1, BH]
 
   // The step recorded as a device graph for one layout of the target's caches (see models/forward_graphs.h).
   struct StepGraph {
     std::unique_ptr<DeviceGraph> graph;
     const KvState* state = nullptr;
     uint64_t layout = 0;
-    Tensor token, position, h;  // inputs, refilled before each replay
-    Tensor logits, h_next;      // outputs, overwritten by each replay
+    Tensor token, position, io;  // inputs, refilled before each replay (io: see step)
+    Tensor logits;               // output, overwritten by each replay
   };
   StepGraph graph_;
   // Readies `g` for the target's caches in `st`: when it has no graph or those caches moved, allocates its inputs
@@ -42,7 +45,7 @@ class Gemma4Assistant final : public Drafter {
   bool ready(StepGraph& g, KvState& st, const std::function<void()>& work);
   // Fills a graph's inputs: the query position, the first step's token and hidden row.
   void feed(StepGraph& g, int32_t position, int32_t token, const Tensor& h);
-  // Greedy chains by depth: `token` holds the first step's token, `ids` [depth] the chosen ids (h_next is unused).
+  // Greedy chains by depth: `token` holds the first step's token, `ids` [depth] the chosen ids.
   struct ChainGraph : StepGraph {
     Tensor ids;
   };

@@ -119,6 +119,9 @@ std::unique_ptr<SequenceState> Gemma4Model::new_state() const {
 }
 
 Tensor Gemma4Model::embed(const Tensor& ids) const { return ops::embedding(embed_tokens_, ids, cfg_.embed_scale()); }
+void Gemma4Model::embed_into(const Tensor& ids, const Tensor& out) const {
+  ops::embedding_into(embed_tokens_, ids, cfg_.embed_scale(), out);
+}
 
 Tensor Gemma4Model::attention_queries(const Gemma4Layer& l, const Tensor& a, int64_t heads, int64_t head_dim,
                                       const Tensor& positions, float eps) {

@@ -43,6 +43,8 @@ class Gemma4Model final : public LanguageModel {
   const Gemma4TextConfig& config() const { return cfg_; }
   // The target's scaled token embedding (the assistant drafter is fed with it).
   Tensor embed(const Tensor& ids) const;
+  // The same into out [n, H] (rows of unit stride, e.g. the first columns of a wider row).
+  void embed_into(const Tensor& ids, const Tensor& out) const;
   Device device() const override { return weights_->device(); }
   const Gemma4Layer& layer(int i) const { return layers_.at(static_cast<size_t>(i)); }
   size_t recorded_graphs() const override { return graphs_->graphs(); }

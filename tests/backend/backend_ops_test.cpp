@@ -545,6 +545,112 @@ TEST(RmsNorm, AddRmsNormEqualsTheComposition) {
   }
 }
 
+// Values over a wide range of magnitudes (2^-20 to 2^20), so that a sum of squares taken in another order than
+// the reference's would round differently.
+Tensor wide_tensor(const Shape& shape) {
+  Tensor t = random_tensor(shape);
+  std::uniform_int_distribution<int> e(-20, 20);
+  for (int64_t i = 0; i < t.numel(); i++) t.data<float>()[i] = std::ldexp(t.data<float>()[i], e(rng()));
+  return t;
+}
+
+// The norm of one row as the scalar reference computes it: the sum of squares of kernels().sumsq for that row
+// alone, the scale from std::pow, then y = x·inv·w (or (r + x·inv·w)·s with a residual r) one float at a time.
+// (This file is compiled for the baseline instruction set: no product is fused into an add here.)
+void reference_norm_row(const float* x, const float* r, const Tensor* w, int64_t D, float eps, float s, float* y) {
+  const float inv = std::pow(static_cast<float>(cpu::kernels().sumsq(x, D) / D) + eps, -0.5f);
+  for (int64_t i = 0; i < D; i++) {
+    const float n = w ? x[i] * inv * static_cast<float>(at(*w, {i})) : x[i] * inv;
+    if (!r) {
+      y[i] = n;
+      continue;
+    }
+    const float v = r[i] + n;
+    y[i] = s != 1.0f ? v * s : v;
+  }
+}
+
+// Many rows at once (summed side by side, in chunks) give each row exactly what the row alone gives: every ISA,
+// odd widths and row counts (past a chunk of 32), strided rows, f32, bf16 or no weights, and the residual form.
+TEST(RmsNorm, RowsTogetherEqualEachRowAloneBitForBit) {
+  Backend& be = cpu_backend();
+  for (int64_t D : {1, 7, 15, 16, 17, 31, 33, 64, 256, 300}) for_each_isa([&] {
+    for (int64_t R : {1, 2, 3, 5, 7, 9, 20, 37}) {
+      SCOPED_TRACE("D=" + std::to_string(D) + " R=" + std::to_string(R));
+      Tensor wide = wide_tensor({R, D + 3});
+      const Tensor x = wide.slice(1, 1, D + 1);  // rows of D at a row stride of D + 3
+      Tensor xc = Tensor::empty({R, D}, DType::F32), res = random_tensor({R, D});
+      be.copy(x, xc);
+      std::vector<double> sums(static_cast<size_t>(R));
+      cpu::kernels().sumsq_rows(x.data<float>(), x.stride(0), R, D, sums.data());
+      for (int64_t r = 0; r < R; r++) {
+        const double alone = cpu::kernels().sumsq(xc.data<float>() + r * D, D);
+        EXPECT_EQ(std::memcmp(&sums[r], &alone, sizeof alone), 0) << "sum of squares of row " << r;
+      }
+      Tensor wb = random_tensor({D}, DType::BF16), wf = random_tensor({D});
+      for (const Tensor* w : std::initializer_list<const Tensor*>{nullptr, &wb, &wf}) {
+        std::vector<float> want(static_cast<size_t>(R * D)), want_add(static_cast<size_t>(R * D));
+        for (int64_t r = 0; r < R; r++) {
+          reference_norm_row(xc.data<float>() + r * D, nullptr, w, D, 1e-6f, 1.0f, want.data() + r * D);
+          reference_norm_row(xc.data<float>() + r * D, res.data<float>() + r * D, w, D, 1e-6f, 0.37f,
+                             want_add.data() + r * D);
+        }
+        Tensor out = Tensor::empty({R, D + 5}, DType::F32);
+        const Tensor y = out.slice(1, 2, D + 2);  // strided output rows too
+        be.rms_norm(x, w, 1e-6f, y);
+        for (int64_t r = 0; r < R; r++)
+          EXPECT_EQ(std::memcmp(y.data<float>() + r * y.stride(0), want.data() + r * D, D * sizeof(float)), 0)
+              << "rms_norm row " << r << (w ? " weighted" : "");
+        Tensor yc = Tensor::empty({R, D}, DType::F32);
+        be.rms_norm(xc, w, 1e-6f, yc);
+        EXPECT_EQ(std::memcmp(yc.raw(), want.data(), yc.nbytes()), 0) << "contiguous rms_norm";
+        for (float s : {1.0f, 0.37f}) {
+          Tensor got = Tensor::empty({R, D}, DType::F32);
+          be.add_rms_norm(res, xc, w, 1e-6f, s, got);
+          if (s != 1.0f) {
+            EXPECT_EQ(std::memcmp(got.raw(), want_add.data(), got.nbytes()), 0) << "add_rms_norm";
+          } else {
+            for (int64_t i = 0; i < R * D; i++) {
+              const float v = res.data<float>()[i] + want[i];
+              ASSERT_EQ(std::memcmp(got.data<float>() + i, &v, sizeof v), 0) << "add_rms_norm s=1 at " << i;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
+// NeoX rotation: every ISA gives the scalar expression's bits (each product rounded, then the difference or sum),
+// for heads narrower than a vector, partial rotations and vector tails.
+TEST(Rope, NeoxEqualsTheScalarExpressionBitForBit) {
+  for (int64_t D : {2, 6, 16, 34, 64, 100, 128, 256})
+    for (int64_t n : {D / 2, D / 4, int64_t{1}}) {
+      if (n < 1) continue;
+      for_each_isa([&] {
+        SCOPED_TRACE("D=" + std::to_string(D) + " n=" + std::to_string(n));
+        const int64_t T = 3, H = 5;
+        Tensor x = wide_tensor({T, H, D});
+        std::vector<float> want(x.data<float>(), x.data<float>() + x.numel());
+        std::vector<float> f(n);
+        for (int64_t i = 0; i < n; i++) f[i] = std::pow(10000.0f, -2.0f * i / D);
+        const std::vector<int32_t> pos = {0, 7, 1000};
+        for (int64_t t = 0; t < T; t++)
+          for (int64_t h = 0; h < H; h++) {
+            float* v = want.data() + (t * H + h) * D;
+            for (int64_t i = 0; i < n; i++) {
+              const float a = static_cast<float>(pos[t]) * f[i], c = std::cos(a), s = std::sin(a);
+              const float x0 = v[i], x1 = v[i + D / 2];
+              v[i] = x0 * c - x1 * s;
+              v[i + D / 2] = x1 * c + x0 * s;
+            }
+          }
+        cpu_backend().rope(x, Tensor::from_ints(pos, {T}), Tensor::from_floats(f, {n}), false);
+        EXPECT_EQ(std::memcmp(x.raw(), want.data(), x.nbytes()), 0);
+      });
+    }
+}
+
 TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
   Backend& be = cpu_backend();
   const int64_t R = 3, D = 301;

@@ -89,18 +89,6 @@ void for_each_element(const Tensor& t, F&& f) {
   }
 }
 
-// Four floats as one vector, for the elementwise loops of the norms (a third of their time was these loops, one
-// float at a time). This file is compiled for the baseline instruction set, which has no fused multiply-add, so
-// every element gets exactly the scalar loop's multiplies and adds in its order; loads and stores go through memcpy
-// (unaligned, and y may be x itself).
-using f32x4 = float __attribute__((vector_size(16)));
-inline f32x4 load4(const float* p) {
-  f32x4 v;
-  std::memcpy(&v, p, sizeof v);
-  return v;
-}
-inline void store4(float* p, f32x4 v) { std::memcpy(p, &v, sizeof v); }
-
 // Row r of a 2-D view (rows may be strided; each row contiguous).
 inline float* row_f32(const Tensor& t, int64_t r) { return t.data<float>() + r * t.stride(0); }
 
@@ -381,21 +369,52 @@ class CpuBackend final : public Backend {
     }
   }
 
-  // The norm weight as f32: the tensor itself when it is contiguous F32, else converted into a per-thread buffer
-  // (a fresh vector and a dtype switch per element cost as much as the norm of a decode row).
-  static const float* norm_weight(const Tensor* w, int64_t D) {
-    if (!w) return nullptr;
+  // The norm weight as the kernels read it: the tensor itself when it is contiguous F32 or BF16 (norm_rows widens
+  // bf16 exactly as it goes), else converted into a per-thread f32 buffer.
+  struct NormWeight {
+    const float* f = nullptr;
+    const uint16_t* b = nullptr;
+  };
+  static NormWeight norm_weight(const Tensor* w, int64_t D) {
+    if (!w) return {};
     VATIC_CHECK(w->numel() == D, "rms_norm weight {} for rows of {}", w->describe(), D);
-    if (w->dtype() == DType::F32 && w->is_contiguous()) return w->data<float>();
+    if (w->dtype() == DType::F32 && w->is_contiguous()) return {w->data<float>(), nullptr};
+    if (w->dtype() == DType::BF16 && w->is_contiguous()) return {nullptr, w->data<uint16_t>()};
     thread_local std::vector<float> wf;
     wf.resize(D);
-    if (w->dtype() == DType::BF16 && w->is_contiguous()) {
-      const uint16_t* b = w->data<uint16_t>();
-      for (int64_t i = 0; i < D; i++) wf[i] = bf16_to_f32(b[i]);
-    } else {
-      for_each_element(*w, [&](const uint8_t* p, int64_t i) { wf[i] = load_scalar(*w, p); });
+    for_each_element(*w, [&](const uint8_t* p, int64_t i) { wf[i] = load_scalar(*w, p); });
+    return {wf.data(), nullptr};
+  }
+
+  // Rows [r0, r1) of an RMS norm: y = x·inv·w, or with res the residual step y = (res + x·inv·w)·s. Per row
+  // inv = (Σx²/D + eps)^(-1/2), the sum in double by kernels().sumsq_rows (several rows side by side, each summed as
+  // kernels().sumsq sums it alone; f32 in the reference, double keeps our sum order from mattering), then the
+  // elementwise part by kernels().norm_rows. Rows go in chunks, so no buffer is allocated.
+  static void norm_rows(const float* X, int64_t ldx, const float* res, int64_t ldr, float* Y, int64_t ldy,
+                        int64_t r0, int64_t r1, int64_t D, NormWeight w, float eps, float s) {
+    constexpr int64_t kChunk = 32;
+    double ss[kChunk];
+    float inv[kChunk];
+    const auto& k = kernels();
+    for (int64_t c0 = r0; c0 < r1; c0 += kChunk) {
+      const int64_t m = std::min(kChunk, r1 - c0);
+      k.sumsq_rows(X + c0 * ldx, ldx, m, D, ss);
+      for (int64_t j = 0; j < m; j++) inv[j] = std::pow(static_cast<float>(ss[j] / D) + eps, -0.5f);
+      cpu::NormRows a;
+      a.x = X + c0 * ldx;
+      a.ldx = ldx;
+      a.inv = inv;
+      a.wf = w.f;
+      a.wb = w.b;
+      a.res = res ? res + c0 * ldr : nullptr;
+      a.ldr = ldr;
+      a.s = s;
+      a.y = Y + c0 * ldy;
+      a.ldy = ldy;
+      a.R = m;
+      a.n = D;
+      k.norm_rows(a);
     }
-    return wf.data();
   }
 
   void rms_norm(const Tensor& x, const Tensor* w, float eps, const Tensor& y) override {
@@ -405,22 +424,11 @@ class CpuBackend final : public Backend {
                 "rms_norm expects F32 rows of unit stride, got {} -> {}", x.describe(), y.describe());
     const int64_t D = x.dim(-1), R = x.numel() / D;
     const int64_t ldx = x.is_contiguous() ? D : x.stride(0), ldy = y.is_contiguous() ? D : y.stride(0);
-    const float* wf = norm_weight(w, D);
+    const NormWeight wn = norm_weight(w, D);
     const float* X = x.data<float>();
     float* Y = y.data<float>();
-    parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
-      const float* xr = X + r * ldx;
-      float* yr = Y + r * ldy;
-      const double ss = kernels().sumsq(xr, D);  // f32 in the reference; double keeps our sum order from mattering
-      float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
-      int64_t i = 0;
-      if (wf) {
-        for (; i + 4 <= D; i += 4) store4(yr + i, load4(xr + i) * inv * load4(wf + i));
-        for (; i < D; i++) yr[i] = xr[i] * inv * wf[i];
-      } else {
-        for (; i + 4 <= D; i += 4) store4(yr + i, load4(xr + i) * inv);
-        for (; i < D; i++) yr[i] = xr[i] * inv;
-      }
+    parallel_ranges(R, R * D > kMinParallelElementwise, [&](int64_t r0, int64_t r1) {
+      norm_rows(X, ldx, nullptr, 0, Y, ldy, r0, r1, D, wn, eps, 1.0f);
     });
   }
 
@@ -433,27 +441,12 @@ class CpuBackend final : public Backend {
                     y.numel() == f.numel(),
                 "add_rms_norm: x {} f {} y {}", x.describe(), f.describe(), y.describe());
     const int64_t D = f.dim(-1), R = f.numel() / D;
-    const float* wf = norm_weight(w, D);
+    const NormWeight wn = norm_weight(w, D);
     const float* X = x.data<float>();
     const float* F = f.data<float>();
     float* Y = y.data<float>();
-    parallel_for(R, R * D > kMinParallelElementwise, [&](int64_t r) {
-      const float* xr = X + r * D;
-      const float* fr = F + r * D;
-      float* yr = Y + r * D;
-      const double ss = kernels().sumsq(fr, D);
-      const float inv = std::pow(static_cast<float>(ss / D) + eps, -0.5f);
-      int64_t i = 0;
-      for (; i + 4 <= D; i += 4) {
-        const f32x4 n = wf ? load4(fr + i) * inv * load4(wf + i) : load4(fr + i) * inv;
-        const f32x4 v = load4(xr + i) + n;
-        store4(yr + i, s != 1.0f ? v * s : v);
-      }
-      for (; i < D; i++) {
-        const float n = wf ? fr[i] * inv * wf[i] : fr[i] * inv;
-        const float v = xr[i] + n;
-        yr[i] = s != 1.0f ? v * s : v;
-      }
+    parallel_ranges(R, R * D > kMinParallelElementwise, [&](int64_t r0, int64_t r1) {
+      norm_rows(F, D, X, D, Y, D, r0, r1, D, wn, eps, s);
     });
   }
 
@@ -470,6 +463,10 @@ class CpuBackend final : public Backend {
     parallel_for(T, T * H * n > kMinParallelElementwise, [&](int64_t t) {
       const float* c = tab.cos.data() + t * n;
       const float* s = tab.sin.data() + t * n;
+      if (!interleaved) {
+        kernels().rope_neox(x.data<float>() + t * x.stride(0), x.stride(1), H, D / 2, c, s, n);
+        return;
+      }
       for (int64_t h = 0; h < H; h++) {
         float* v = x.data<float>() + t * x.stride(0) + h * x.stride(1);
         for (int64_t i = 0; i < n; i++) {

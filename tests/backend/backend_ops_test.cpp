@@ -237,6 +237,49 @@ TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
   }
 }
 
+// The fused projections (one split across the threads for several matrices, the activation applied by each thread
+// to its columns) give exactly the matmuls and the elementwise op one after another: every ISA, odd row counts
+// (parts of 16 rows that end mid-matrix), decode, verification and prompt (panel) token counts, a strided input, a
+// gate that is a slice of a wider weight, and each activation.
+TEST(Matmul, FusedProjectionsEqualTheCompositionBitForBit) {
+  Backend& be = cpu_backend();
+  for (DType wt : {DType::BF16, DType::F32})
+    for (int64_t T : {1, 2, 5, 9, 40})
+      for (int64_t K : {64, 200}) {
+        const int64_t N = 301, Nk = 37;
+        SCOPED_TRACE(std::string(dtype_name(wt)) + " T=" + std::to_string(T) + " K=" + std::to_string(K));
+        Linear gate_up, q, k, v;
+        gate_up.weight = random_tensor({2 * N, K}, wt, 0.5f);
+        q.weight = random_tensor({N, K}, wt, 0.5f);
+        k.weight = random_tensor({Nk, K}, wt, 0.5f);
+        v.weight = random_tensor({Nk + 16, K}, wt, 0.5f);
+        const Linear gate = gate_up.rows(0, N), up = gate_up.rows(N, 2 * N);
+        Tensor wide = random_tensor({T, K + 4});
+        const Tensor x = wide.slice(1, 2, K + 2);
+        const Tensor m = random_tensor({T, N});
+        for_each_isa([&] {
+          const std::vector<const Linear*> ws = {&q, &k, &v};
+          std::vector<Tensor> got, want;
+          for (const Linear* w : ws) {
+            got.push_back(Tensor::empty({T, w->out_features()}, DType::F32));
+            want.push_back(Tensor::empty({T, w->out_features()}, DType::F32));
+          }
+          be.matmul_many(x, ws, got);
+          be.Backend::matmul_many(x, ws, want);
+          for (size_t i = 0; i < ws.size(); i++)
+            EXPECT_EQ(std::memcmp(got[i].raw(), want[i].raw(), want[i].nbytes()), 0) << "matmul_many output " << i;
+          for (Unary act : {Unary::GeluTanh, Unary::Silu, Unary::Tanh})
+            for (bool with_up : {true, false}) {
+              Tensor y = Tensor::empty({T, N}, DType::F32), ref = Tensor::empty({T, N}, DType::F32);
+              be.matmul_gated(x, gate, with_up ? &up : nullptr, with_up ? nullptr : &m, act, y);
+              be.Backend::matmul_gated(x, gate, with_up ? &up : nullptr, with_up ? nullptr : &m, act, ref);
+              EXPECT_EQ(std::memcmp(y.raw(), ref.raw(), ref.nbytes()), 0)
+                  << "matmul_gated act " << static_cast<int>(act) << (with_up ? " with up" : " with m");
+            }
+        });
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, DenseMatmul, ::testing::Values(DType::BF16, DType::F32, DType::F16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

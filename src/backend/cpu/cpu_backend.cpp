@@ -275,6 +275,110 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // A dense (bf16 or f32) matmul as a kernel call over a range of W's rows, for the ops below that run several in
+  // one split across the threads; false for weights the kernels do not take that way (quantized, other dtypes).
+  struct DenseMatmul {
+    cpu::GemmArgs a;
+    void (*fn)(const cpu::GemmArgs&, int64_t, int64_t) = nullptr;
+    int64_t N = 0;
+  };
+  static bool dense_matmul(const Tensor& x, const Linear& w, float* y, int64_t ldy, DenseMatmul& m) {
+    const DType wt = w.weight.dtype();
+    if (w.quantized() || (wt != DType::BF16 && wt != DType::F32) || w.weight.ndim() != 2 ||
+        w.weight.stride(-1) != 1 || x.ndim() != 2 || x.dtype() != DType::F32 || x.stride(1) != 1 ||
+        w.in_features() != x.dim(1))
+      return false;
+    m.a.x = x.data<float>();
+    m.a.ldx = x.stride(0);
+    m.a.T = x.dim(0);
+    m.a.w = w.weight.raw();
+    m.a.ldw = w.weight.stride(-2);
+    m.a.K = x.dim(1);
+    m.a.y = y;
+    m.a.ldy = ldy;
+    m.a.accumulate = false;
+    m.fn = wt == DType::BF16 ? kernels().gemm_bf16 : kernels().gemm_f32;
+    m.N = w.out_features();
+    return true;
+  }
+  // Parts for `work` multiply-adds (as parallel_rows decides), and part p's rows of a matrix of N rows: the
+  // multiples of 16 rows parallel_rows would give it. Which thread computes a row changes none of its bits.
+  static int64_t matmul_parts(int64_t work) { return work >= kMinParallelMatmul ? cpu::pool().threads() : 1; }
+  static std::pair<int64_t, int64_t> part_rows(int64_t N, int64_t parts, int64_t p) {
+    constexpr int64_t kAlign = 16;
+    const int64_t chunk = ((N + parts - 1) / parts + kAlign - 1) / kAlign * kAlign;
+    const int64_t n0 = std::min(N, p * chunk);
+    return {n0, std::min(N, n0 + chunk)};
+  }
+
+  // A layer's query, key and value projections (dense weights): one split across the threads for all of them
+  // instead of a hand-off and a wait per matrix; each row is the kernel's sum, as in matmul.
+  void matmul_many(const Tensor& x, const std::vector<const Linear*>& ws, const std::vector<Tensor>& ys) override {
+    std::vector<DenseMatmul> ms(ws.size());
+    int64_t work = 0;
+    bool dense = ws.size() == ys.size();
+    for (size_t i = 0; dense && i < ws.size(); i++) {
+      const Tensor& y = ys[i];
+      dense = y.ndim() == 2 && y.dtype() == DType::F32 && y.stride(1) == 1 && y.dim(0) == x.dim(0) &&
+              y.dim(1) == ws[i]->out_features() && dense_matmul(x, *ws[i], y.data<float>(), y.stride(0), ms[i]);
+      work += ms[i].N * ms[i].a.K * ms[i].a.T;
+    }
+    if (!dense) return Backend::matmul_many(x, ws, ys);
+    Timed timed(*this, "matmul_many");
+    const int64_t parts = matmul_parts(work);
+    auto part = [&](int64_t p) {
+      for (const DenseMatmul& m : ms) {
+        const auto [n0, n1] = part_rows(m.N, parts, p);
+        if (n0 < n1) m.fn(m.a, n0, n1);
+      }
+    };
+    if (parts <= 1) return part(0);
+    cpu::pool().run(parts, part);
+  }
+
+  // y = act(x·gateᵀ) ⊙ (x·upᵀ) (or ⊙ m) with dense weights: each thread computes its rows of both products into
+  // scratch rows and applies the activation to those columns at once, one split instead of two matmuls and an
+  // elementwise op. Per element the same operations as `gated` (tanh_act or act), so the same bits.
+  void matmul_gated(const Tensor& x, const Linear& gate, const Linear* up, const Tensor* m, Unary act,
+                    const Tensor& y) override {
+    const int64_t T = x.dim(0), N = gate.out_features();
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(2 * T * N));
+    float* G = scratch.data();
+    float* U = G + T * N;
+    DenseMatmul mg, mu;
+    const bool dense =
+        x.ndim() == 2 && y.ndim() == 2 && y.dtype() == DType::F32 && y.stride(1) == 1 && y.dim(0) == T &&
+        y.dim(1) == N && dense_matmul(x, gate, G, N, mg) &&
+        (up ? up->out_features() == N && dense_matmul(x, *up, U, N, mu)
+            : m && m->ndim() == 2 && m->dtype() == DType::F32 && m->stride(1) == 1 && m->dim(0) == T &&
+                  m->dim(1) == N);
+    if (!dense) return Backend::matmul_gated(x, gate, up, m, act, y);
+    Timed timed(*this, "matmul_gated");
+    const float* M = up ? U : m->data<float>();
+    const int64_t ldm = up ? N : m->stride(0), ldy = y.stride(0);
+    float* Y = y.data<float>();
+    const int64_t parts = matmul_parts(N * x.dim(1) * T * (up ? 2 : 1));
+    auto part = [&](int64_t p) {
+      const auto [n0, n1] = part_rows(N, parts, p);
+      if (n0 >= n1) return;
+      mg.fn(mg.a, n0, n1);
+      if (up) mu.fn(mu.a, n0, n1);
+      for (int64_t t = 0; t < T; t++) {
+        const float* g = G + t * N;
+        const float* u = M + t * ldm;
+        float* yr = Y + t * ldy;
+        if (act == Unary::GeluTanh || act == Unary::Tanh) {
+          tanh_act(act, g + n0, u + n0, yr + n0, n1 - n0);
+        } else {
+          for (int64_t i = n0; i < n1; i++) yr[i] = CpuBackend::act(act, g[i]) * u[i];
+        }
+      }
+    };
+    if (parts <= 1) return part(0);
+    cpu::pool().run(parts, part);
+  }
+
   // Splits output rows [0, N) into one contiguous range per thread (multiples of 16 rows, so tiles stay whole).
   template <typename F>
   static void parallel_rows(int64_t N, int64_t work, F&& f) {

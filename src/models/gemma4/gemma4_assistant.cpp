@@ -173,13 +173,11 @@ std::vector<int32_t> Gemma4Assistant::draft_greedy(SequenceState& target_state, 
   ChainGraph& g = chains_[steps];
   if (!g.ids.defined()) g.ids = backend_for(target_.device()).empty({steps}, DType::I32);
   const bool recorded = ready(g, st, [&] {
-    Tensor t = g.token;
+    Tensor t = g.token, value = ops::empty_like(g.io, {1, 1});
     for (int s = 0; s < steps; s++) {
       Tensor logits = step(st, t, g.position, g.io);
-      Tensor value, index;
-      ops::topk(logits, 1, &value, &index);
-      t = index.reshape({1});
-      ops::copy_into(t, g.ids.slice(0, s, s + 1));
+      t = g.ids.slice(0, s, s + 1);  // the step's argmax goes straight into the chain's ids
+      ops::backend_of(logits).topk(logits, 1, value, t.reshape({1, 1}));
     }
   });
   if (!recorded) return Drafter::draft_greedy(target_state, last_token, last_hidden, steps);

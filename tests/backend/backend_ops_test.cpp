@@ -506,6 +506,88 @@ TEST(Attention, MatchesDoubleReference) {
   }
 }
 
+// Decode and verification attention (fewer than 16 queries; its pairs of query and KV head across the threads)
+// gives exactly the scalar algorithm it implements: the group's scores from kernels().dot_rows, the scale, a
+// sequential maximum, exp(score - max) summed in double in key order, kernels().axpy_rows, then the division. Every
+// ISA; windows, empty slots, scales of 1 and not, queries that see no key, and scores with infinities.
+TEST(Attention, FewQueriesEqualTheScalarAlgorithmBitForBit) {
+  Backend& be = cpu_backend();
+  struct Case {
+    int64_t T, S, Hq, Hkv, D, window, empty_every;
+    float scale;
+  };
+  const std::vector<Case> cases = {{1, 1, 4, 1, 64, 0, 0, 1.0f},      {2, 100, 4, 1, 64, 0, 0, 1.0f},
+                                   {5, 130, 4, 1, 128, 128, 0, 1.0f}, {3, 77, 6, 2, 72, 0, 5, 0.125f},
+                                   {9, 300, 8, 2, 64, 40, 7, 1.0f},   {4, 19, 4, 4, 33, 6, 3, 0.3f},
+                                   {15, 260, 2, 1, 16, 0, 0, 1.0f}};
+  for (const auto& c : cases) {
+    SCOPED_TRACE("T=" + std::to_string(c.T) + " S=" + std::to_string(c.S) + " Hq=" + std::to_string(c.Hq) +
+                 " Hkv=" + std::to_string(c.Hkv));
+    Tensor q = random_tensor({c.T, c.Hq, c.D}, DType::F32, 0.5f);
+    Tensor kbuf = random_tensor({c.S + 2, c.Hkv, c.D + 3});
+    Tensor v = random_tensor({c.S, c.Hkv, c.D});
+    Tensor k = kbuf.slice(0, 0, c.S).slice(2, 0, c.D);
+    if (c.S > 3) {  // an infinite key value: scores of ±inf for the queries that see it
+      k.data<float>()[2 * k.stride(0)] = INFINITY;
+    }
+    std::vector<int32_t> kp(c.S), qp(c.T);
+    for (int64_t s = 0; s < c.S; s++) kp[s] = (c.empty_every && s % c.empty_every == 1) ? -1 : static_cast<int32_t>(s);
+    for (int64_t t = 0; t < c.T; t++) qp[t] = static_cast<int32_t>(c.S - c.T + t);
+    qp[0] = -1;  // a query before every key: zeros
+    AttentionParams p;
+    p.scale = c.scale;
+    p.window = c.window;
+    for_each_isa([&] {
+      const auto& kk = cpu::kernels();
+      const int64_t group = c.Hq / c.Hkv;
+      std::vector<float> want(static_cast<size_t>(c.T * c.Hq * c.D), 0.0f);
+      for (int64_t t = 0; t < c.T; t++)
+        for (int64_t kh = 0; kh < c.Hkv; kh++) {
+          std::vector<const float*> kr, vr;
+          for (int64_t s = 0; s < c.S; s++) {
+            if (kp[s] < 0 || kp[s] > qp[t] || (c.window > 0 && qp[t] - kp[s] >= c.window)) continue;
+            kr.push_back(k.data<float>() + s * k.stride(0) + kh * k.stride(1));
+            vr.push_back(v.data<float>() + s * v.stride(0) + kh * v.stride(1));
+          }
+          const int64_t n = static_cast<int64_t>(kr.size());
+          float* o = want.data() + (t * c.Hq + kh * group) * c.D;
+          if (n == 0) continue;
+          std::vector<float> sc(static_cast<size_t>(group * n));
+          std::vector<double> sums(group);
+          kk.dot_rows(q.data<float>() + t * q.stride(0) + kh * group * q.stride(1), q.stride(1), group, kr.data(), n,
+                      c.D, sc.data(), n);
+          for (int64_t g = 0; g < group; g++) {
+            float* r = sc.data() + g * n;
+            float mx = -INFINITY;
+            for (int64_t j = 0; j < n; j++) {
+              r[j] *= p.scale;
+              mx = std::max(mx, r[j]);
+            }
+            double sum = 0;
+            for (int64_t j = 0; j < n; j++) {
+              r[j] = mx == -INFINITY ? 0.0f : std::exp(r[j] - mx);
+              sum += r[j];
+            }
+            sums[g] = sum;
+          }
+          kk.axpy_rows(sc.data(), n, group, vr.data(), n, c.D, o, c.D);
+          for (int64_t g = 0; g < group; g++) {
+            float* og = o + g * c.D;
+            if (sums[g] == 0.0) {
+              std::fill(og, og + c.D, 0.0f);
+              continue;
+            }
+            const float inv = static_cast<float>(1.0 / sums[g]);
+            for (int64_t j = 0; j < c.D; j++) og[j] *= inv;
+          }
+        }
+      Tensor out = Tensor::empty({c.T, c.Hq, c.D}, DType::F32);
+      be.attention(q, k, v, Tensor::from_ints(qp, {c.T}), Tensor::from_ints(kp, {c.S}), p, out);
+      EXPECT_EQ(std::memcmp(out.raw(), want.data(), out.nbytes()), 0);
+    });
+  }
+}
+
 TEST(Attention, QueryWithNoVisibleKeyGivesZeros) {
   Tensor q = random_tensor({1, 2, 8}), k = random_tensor({3, 1, 8}), v = random_tensor({3, 1, 8});
   Tensor out = Tensor::empty({1, 2, 8}, DType::F32);

@@ -33,6 +33,11 @@ constexpr int64_t kMinParallelWork = int64_t{1} << 20;
 // ran on one thread: the drafter pair at a fixed depth of 1, two threads, went 2656–2660 → 2838–2882 tok/s (best of
 // 30 runs) from 32 K (docs/performance.md, eighteenth round). Rows are independent: the split changes no bit.
 constexpr int64_t kMinParallelMatmul = int64_t{1} << 15;
+// Attention over few queries (decode, verification): its (query, KV head) pairs across the threads from 32 K
+// multiply-adds of scores (T·Hq·S·D). Below 1 M, as before, a verification of the demo model (one KV head) ran its
+// pairs on one thread: with a hundred keys in the cache, attention was 18 % of a verification of four drafts,
+// its exponentials and the value sums as much as the scores.
+constexpr int64_t kMinParallelAttention = int64_t{1} << 15;
 // Norms, activations and other elementwise ops: from 16 K values on (a prompt of 64 tokens at width 256), both
 // cores; below, one.
 constexpr int64_t kMinParallelElementwise = int64_t{1} << 14;
@@ -632,8 +637,11 @@ class CpuBackend final : public Backend {
     // instead of one dot call and one axpy call per head and key. Same masking and softmax (f32 scores, sum of the
     // exponentials in double).
     const float ninf = -std::numeric_limits<float>::infinity();
-    // Pairs i = t·Hkv + kh, a range of them per thread.
-    parallel_ranges(T * Hkv, T * Hq * S * D > kMinParallelWork, [&](int64_t i0, int64_t i1) {
+    const float* K0 = k.data<float>();
+    const float* V0 = v.data<float>();
+    const int64_t lk = k.stride(0), lv = v.stride(0);
+    // Pairs i = t·Hkv + kh, a range of them per thread. Each pair is computed alike whichever thread takes it.
+    parallel_ranges(T * Hkv, T * Hq * S * D >= kMinParallelAttention, [&](int64_t i0, int64_t i1) {
       thread_local std::vector<const float*> krows, vrows;
       thread_local std::vector<float> sc;
       thread_local std::vector<double> sums;
@@ -645,11 +653,13 @@ class CpuBackend final : public Backend {
         const int64_t t = i / Hkv, kh = i % Hkv;
         const int32_t pq = qp[t];
         int64_t n = 0;
+        const float* kb = K0 + kh * k.stride(1);
+        const float* vb = V0 + kh * v.stride(1);
         for (int64_t s = 0; s < S; s++) {
           const int32_t pk = kp[s];
           if (pk < 0 || pk > pq || (p.window > 0 && pq - pk >= p.window)) continue;
-          krows[n] = k.data<float>() + s * k.stride(0) + kh * k.stride(1);
-          vrows[n] = v.data<float>() + s * v.stride(0) + kh * v.stride(1);
+          krows[n] = kb + s * lk;
+          vrows[n] = vb + s * lv;
           n++;
         }
         float* o = out.data<float>() + t * out.stride(0) + kh * group * out.stride(1);
@@ -662,14 +672,26 @@ class CpuBackend final : public Backend {
                     n, D, sc.data(), n);
         for (int64_t g = 0; g < group; g++) {
           float* r = sc.data() + g * n;
-          float mx = ninf;
-          for (int64_t j = 0; j < n; j++) {
-            r[j] *= p.scale;
-            mx = std::max(mx, r[j]);
+          if (p.scale != 1.0f)
+            for (int64_t j = 0; j < n; j++) r[j] *= p.scale;
+          // The largest score in eight running maxima (a NaN never replaces one). Only a zero's sign can depend on
+          // the order of the comparisons, and r - (+0) equals r - (-0) for every r (both ±0 give exp(±0) = 1).
+          float m8[8];
+          for (float& m : m8) m = ninf;
+          int64_t j = 0;
+          for (; j + 8 <= n; j += 8)
+            for (int u = 0; u < 8; u++) m8[u] = r[j + u] > m8[u] ? r[j + u] : m8[u];
+          for (; j < n; j++) m8[0] = r[j] > m8[0] ? r[j] : m8[0];
+          float mx = m8[0];
+          for (int u = 1; u < 8; u++) mx = m8[u] > mx ? m8[u] : mx;
+          if (mx == ninf) {
+            std::fill(r, r + n, 0.0f);
+            sums[g] = 0.0;
+            continue;
           }
           double sum = 0;
-          for (int64_t j = 0; j < n; j++) {
-            r[j] = mx == ninf ? 0.0f : std::exp(r[j] - mx);
+          for (j = 0; j < n; j++) {
+            r[j] = std::exp(r[j] - mx);
             sum += r[j];
           }
           sums[g] = sum;

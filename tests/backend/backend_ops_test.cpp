@@ -215,6 +215,9 @@ TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
                          Case{70, 1024, 8}, Case{19, 2100, 9}, Case{33, 300, 31},
                          // verification tiles of 2 to 5 tokens: K % 64 == 32 (a last half chunk), odd row counts
                          Case{64, 288, 5}, Case{33, 768, 4}, Case{16, 544, 2}, Case{35, 352, 3},
+                         // two tokens: rows two at a time with one reduction for four sums, an odd row left over,
+                         // K % 64 == 32, and K % 32 != 0 (the one-row tiles)
+                         Case{37, 256, 2}, Case{301, 96, 2}, Case{33, 100, 2}, Case{1030, 512, 2},
                          // a megabyte of bf16, which a decode step reads as several streams (kDecodeStreams) at one
                          // and at two threads, with rows left over
                          Case{1030, 512, 5}}) {

@@ -283,6 +283,45 @@ TEST(Matmul, FusedProjectionsEqualTheCompositionBitForBit) {
       }
 }
 
+// An output projection with the residual add and the next norm (one split for the projection, the norms on its
+// scratch rows) gives exactly matmul, add_rms_norm and rms_norm one after another; add_rms_norm_norm likewise.
+TEST(Matmul, ProjectionWithResidualNormsEqualsTheCompositionBitForBit) {
+  Backend& be = cpu_backend();
+  for (DType wt : {DType::BF16, DType::F32})
+    for (int64_t T : {1, 2, 5, 9, 40})
+      for (int64_t N : {37, 300}) {
+        const int64_t K = 200;
+        SCOPED_TRACE(std::string(dtype_name(wt)) + " T=" + std::to_string(T) + " N=" + std::to_string(N));
+        Linear W;
+        W.weight = random_tensor({N, K}, wt, 0.5f);
+        const Tensor a = random_tensor({T, K}), x = random_tensor({T, N}, DType::F32, 3.0f);
+        const Tensor wb = random_tensor({N}, DType::BF16), wf = random_tensor({N});
+        const Tensor wf16 = random_tensor({N}, DType::F16), next16 = random_tensor({N}, DType::F16);
+        for_each_isa([&] {
+          for (float s : {1.0f, 0.37f})
+            for (const Tensor* w : std::initializer_list<const Tensor*>{&wb, &wf16})
+              for (const Tensor* w_next : std::initializer_list<const Tensor*>{nullptr, &wf, &next16}) {
+                Tensor f = Tensor::empty({T, N}, DType::F32), y_ref = Tensor::empty({T, N}, DType::F32),
+                       n_ref = Tensor::empty({T, N}, DType::F32);
+                be.matmul(a, W, f, false);
+                be.add_rms_norm(x, f, w, 1e-6f, s, y_ref);
+                be.rms_norm(y_ref, w_next, 1e-6f, n_ref);
+                Tensor y = Tensor::empty({T, N}, DType::F32), n = Tensor::empty({T, N}, DType::F32);
+                be.matmul_add_rms_norm(a, W, x, w, 1e-6f, s, y, w_next, &n);
+                EXPECT_EQ(std::memcmp(y.raw(), y_ref.raw(), y.nbytes()), 0) << "residual, with the next norm";
+                EXPECT_EQ(std::memcmp(n.raw(), n_ref.raw(), n.nbytes()), 0) << "next norm";
+                Tensor y1 = Tensor::empty({T, N}, DType::F32);
+                be.matmul_add_rms_norm(a, W, x, w, 1e-6f, s, y1, w_next, nullptr);
+                EXPECT_EQ(std::memcmp(y1.raw(), y_ref.raw(), y1.nbytes()), 0) << "residual alone";
+                Tensor y2 = Tensor::empty({T, N}, DType::F32), n2 = Tensor::empty({T, N}, DType::F32);
+                be.add_rms_norm_norm(x, f, w, 1e-6f, s, y2, w_next, n2);
+                EXPECT_EQ(std::memcmp(y2.raw(), y_ref.raw(), y2.nbytes()), 0) << "add_rms_norm_norm residual";
+                EXPECT_EQ(std::memcmp(n2.raw(), n_ref.raw(), n2.nbytes()), 0) << "add_rms_norm_norm norm";
+              }
+        });
+      }
+}
+
 INSTANTIATE_TEST_SUITE_P(Dtypes, DenseMatmul, ::testing::Values(DType::BF16, DType::F32, DType::F16),
                          [](const auto& info) { return std::string(dtype_name(info.param)); });
 

@@ -341,6 +341,40 @@ class CpuBackend final : public Backend {
     cpu::pool().run(parts, part);
   }
 
+  // A block's output projection with the residual add (and the next block's norm) after it, dense weights: the
+  // projection into per-thread scratch rows by the kernels matmul uses, in one split across the threads, then the
+  // rows of add_rms_norm (or add_rms_norm_norm), with no tensor allocated between them. Same bits as the default's
+  // matmul, then the norm op.
+  void matmul_add_rms_norm(const Tensor& a, const Linear& W, const Tensor& x, const Tensor* w, float eps, float s,
+                           const Tensor& y, const Tensor* w_next, const Tensor* n) override {
+    const int64_t T = a.ndim() == 2 ? a.dim(0) : 0, N = W.out_features();
+    thread_local std::vector<float> scratch;
+    scratch.resize(static_cast<size_t>(std::max<int64_t>(T * N, 1)));
+    DenseMatmul m;
+    auto rows_of = [&](const Tensor& t) {
+      return t.is_contiguous() && t.dtype() == DType::F32 && t.numel() == T * N && t.ndim() >= 1 && t.dim(-1) == N;
+    };
+    if (!(T > 0 && N > 0 && rows_of(x) && rows_of(y) && (!n || rows_of(*n)) &&
+          dense_matmul(a, W, scratch.data(), N, m)))
+      return Backend::matmul_add_rms_norm(a, W, x, w, eps, s, y, w_next, n);
+    Timed timed(*this, "matmul_add_rms_norm");
+    const int64_t parts = matmul_parts(N * m.a.K * T);
+    auto part = [&](int64_t p) {
+      const auto [n0, n1] = part_rows(N, parts, p);
+      if (n0 < n1) m.fn(m.a, n0, n1);
+    };
+    if (parts <= 1)
+      part(0);
+    else
+      cpu::pool().run(parts, part);
+    const float* F = scratch.data();
+    if (n) return add_norm_norm_rows(x.data<float>(), F, N, T, w, eps, s, y.data<float>(), w_next, n->data<float>());
+    const NormWeight wn = norm_weight(w, N);
+    parallel_ranges(T, T * N > kMinParallelElementwise, [&](int64_t r0, int64_t r1) {
+      norm_rows(F, N, x.data<float>(), N, y.data<float>(), N, r0, r1, N, wn, eps, s);
+    });
+  }
+
   // y = act(x·gateᵀ) ⊙ (x·upᵀ) (or ⊙ m) with dense weights: each thread computes its rows of both products into
   // scratch rows and applies the activation to those columns at once, one split instead of two matmuls and an
   // elementwise op. Per element the same operations as `gated` (tanh_act or act), so the same bits.
@@ -484,12 +518,14 @@ class CpuBackend final : public Backend {
     const float* f = nullptr;
     const uint16_t* b = nullptr;
   };
-  static NormWeight norm_weight(const Tensor* w, int64_t D) {
+  // `slot` picks one of two per-thread buffers, for an op that needs two converted weights at once.
+  static NormWeight norm_weight(const Tensor* w, int64_t D, int slot = 0) {
     if (!w) return {};
     VATIC_CHECK(w->numel() == D, "rms_norm weight {} for rows of {}", w->describe(), D);
     if (w->dtype() == DType::F32 && w->is_contiguous()) return {w->data<float>(), nullptr};
     if (w->dtype() == DType::BF16 && w->is_contiguous()) return {nullptr, w->data<uint16_t>()};
-    thread_local std::vector<float> wf;
+    thread_local std::vector<float> buffers[2];
+    std::vector<float>& wf = buffers[slot];
     wf.resize(D);
     for_each_element(*w, [&](const uint8_t* p, int64_t i) { wf[i] = load_scalar(*w, p); });
     return {wf.data(), nullptr};
@@ -556,6 +592,34 @@ class CpuBackend final : public Backend {
     float* Y = y.data<float>();
     parallel_ranges(R, R * D > kMinParallelElementwise, [&](int64_t r0, int64_t r1) {
       norm_rows(F, D, X, D, Y, D, r0, r1, D, wn, eps, s);
+    });
+  }
+
+  // add_rms_norm, then the next block's norm of its result, row chunk by row chunk while the rows are in cache:
+  // the same kernels on the same rows as the two ops one after the other, so the same bits.
+  void add_rms_norm_norm(const Tensor& x, const Tensor& f, const Tensor* w, float eps, float s, const Tensor& y,
+                         const Tensor* w_next, const Tensor& n) override {
+    if (!(x.is_contiguous() && f.is_contiguous() && y.is_contiguous() && n.is_contiguous() &&
+          x.dtype() == DType::F32 && f.dtype() == DType::F32 && y.dtype() == DType::F32 && n.dtype() == DType::F32 &&
+          x.numel() == f.numel() && y.numel() == f.numel() && n.numel() == f.numel() && f.ndim() >= 1 &&
+          f.dim(-1) == n.dim(-1) && f.dim(-1) > 0))
+      return Backend::add_rms_norm_norm(x, f, w, eps, s, y, w_next, n);
+    Timed timed(*this, "add_rms_norm_norm");
+    add_norm_norm_rows(x.data<float>(), f.data<float>(), f.dim(-1), f.numel() / f.dim(-1), w, eps, s,
+                       y.data<float>(), w_next, n.data<float>());
+  }
+  // Rows of add_rms_norm_norm (all contiguous rows of D): y = (x + f·inv·w)·s, then n = y·inv'·w_next.
+  // Rows [0, R) of add_rms_norm_norm (contiguous rows of D), chunks of rows through both norms.
+  static void add_norm_norm_rows(const float* X, const float* F, int64_t D, int64_t R, const Tensor* w, float eps,
+                                 float s, float* Y, const Tensor* w_next, float* N) {
+    const NormWeight wn1 = norm_weight(w, D, 0), wn2 = norm_weight(w_next, D, 1);
+    parallel_ranges(R, R * D > kMinParallelElementwise, [&](int64_t r0, int64_t r1) {
+      constexpr int64_t kRows = 8;
+      for (int64_t c0 = r0; c0 < r1; c0 += kRows) {
+        const int64_t c1 = std::min(r1, c0 + kRows);
+        norm_rows(F, D, X, D, Y, D, c0, c1, D, wn1, eps, s);
+        norm_rows(Y, D, nullptr, 0, N, D, c0, c1, D, wn2, eps, 1.0f);
+      }
     });
   }
 

@@ -818,6 +818,56 @@ TEST(Rope, NeoxEqualsTheScalarExpressionBitForBit) {
     }
 }
 
+// A layer's q/k norms and rotations and the values' norm in one op (and into a cache's slots) give exactly the
+// default's rms_norm, rope and kv_write: every ISA, decode to prompt token counts, partial rotations, head widths
+// narrower than a vector, bf16 or no weights.
+TEST(Rope, NormRopeManyEqualsTheCompositionBitForBit) {
+  Backend& be = cpu_backend();
+  for (int64_t T : {1, 2, 5, 40})
+    for (int64_t D : {12, 64, 128})
+      for (int64_t n : {D / 2, D / 8}) {
+        SCOPED_TRACE("T=" + std::to_string(T) + " D=" + std::to_string(D) + " n=" + std::to_string(n));
+        const int64_t Hq = 4, Hkv = 2, C = 128;
+        const Tensor q = wide_tensor({T, Hq, D}), k = wide_tensor({T, Hkv, D}), v = wide_tensor({T, Hkv, D});
+        const Tensor qw = random_tensor({D}, DType::BF16), kw = random_tensor({D});
+        std::vector<float> f(n);
+        for (int64_t i = 0; i < n; i++) f[i] = std::pow(10000.0f, -2.0f * i / D);
+        std::vector<int32_t> pos(T);
+        for (int64_t t = 0; t < T; t++) pos[t] = static_cast<int32_t>(3 + 2 * t);
+        const Tensor positions = Tensor::from_ints(pos, {T}), inv_freq = Tensor::from_floats(f, {n});
+        for_each_isa([&] {
+          for (bool into_cache : {false, true}) {
+            std::vector<Tensor> got, want;
+            for (const Tensor* x : {&q, &k, &v}) {
+              got.push_back(Tensor::empty(x->shape(), DType::F32));
+              want.push_back(Tensor::empty(x->shape(), DType::F32));
+            }
+            KvSlots slots[2];
+            for (KvSlots& sl : slots) {
+              sl.keys = Tensor::empty({C, Hkv, D}, DType::F32);
+              sl.values = Tensor::empty({C, Hkv, D}, DType::F32);
+              sl.slot_pos = Tensor::from_ints(std::vector<int32_t>(C, -1), {C});
+            }
+            auto parts = [](std::vector<Tensor>& ys, const Tensor& q, const Tensor& k, const Tensor& v,
+                            const Tensor& qw, const Tensor& kw) {
+              return std::vector<NormRope>{{&q, &qw, true, &ys[0]}, {&k, &kw, true, &ys[1]}, {&v, nullptr, false, &ys[2]}};
+            };
+            be.rms_norm_rope_many(parts(got, q, k, v, qw, kw), 1e-6f, positions, inv_freq, false,
+                                  into_cache ? &slots[0] : nullptr);
+            be.Backend::rms_norm_rope_many(parts(want, q, k, v, qw, kw), 1e-6f, positions, inv_freq, false,
+                                           into_cache ? &slots[1] : nullptr);
+            for (int j = 0; j < 3; j++)
+              EXPECT_EQ(std::memcmp(got[j].raw(), want[j].raw(), want[j].nbytes()), 0) << "part " << j;
+            if (into_cache) {
+              EXPECT_EQ(std::memcmp(slots[0].keys.raw(), slots[1].keys.raw(), slots[1].keys.nbytes()), 0);
+              EXPECT_EQ(std::memcmp(slots[0].values.raw(), slots[1].values.raw(), slots[1].values.nbytes()), 0);
+              EXPECT_EQ(std::memcmp(slots[0].slot_pos.raw(), slots[1].slot_pos.raw(), slots[1].slot_pos.nbytes()), 0);
+            }
+          }
+        });
+      }
+}
+
 TEST(Elementwise, UnaryGatedSoftcapSoftmaxTopk) {
   Backend& be = cpu_backend();
   const int64_t R = 3, D = 301;

@@ -623,6 +623,45 @@ class CpuBackend final : public Backend {
     });
   }
 
+  // A layer's query and key norms and rotations and the values' norm (NeoX rotation): each part's rows normed and
+  // then rotated token by token while they are in cache, one op instead of a norm and a rotation per part; the
+  // rows of rms_norm and the rotation of rope, so the same bits. Then kv_write, as the default does.
+  void rms_norm_rope_many(const std::vector<NormRope>& parts, float eps, const Tensor& positions,
+                          const Tensor& inv_freq, bool interleaved, const KvSlots* kv) override {
+    bool direct = !interleaved && !parts.empty() && positions.dtype() == DType::I32 && positions.is_contiguous() &&
+                  inv_freq.dtype() == DType::F32 && inv_freq.is_contiguous();
+    const int64_t T = direct ? parts[0].x->dim(0) : 0, n = inv_freq.numel();
+    for (const NormRope& p : parts) {
+      const Tensor& x = *p.x;
+      const Tensor& y = *p.y;
+      direct = direct && x.ndim() == 3 && y.ndim() == 3 && x.is_contiguous() && y.is_contiguous() &&
+               x.dtype() == DType::F32 && y.dtype() == DType::F32 && x.shape() == y.shape() && x.dim(0) == T &&
+               x.dim(2) > 0 && positions.numel() == T && (!p.rope || 2 * n <= x.dim(2));
+    }
+    if (!direct) return Backend::rms_norm_rope_many(parts, eps, positions, inv_freq, interleaved, kv);
+    {
+      Timed timed(*this, "rms_norm_rope_many");
+      const RopeTable* tab = nullptr;
+      for (const NormRope& p : parts)
+        if (p.rope && n > 0) tab = &rope_table(positions.data<int32_t>(), T, inv_freq.data<float>(), n);
+      for (const NormRope& p : parts) {
+        const int64_t H = p.x->dim(1), D = p.x->dim(2);
+        const NormWeight wn = norm_weight(p.w, D);
+        const float* X = p.x->data<float>();
+        float* Y = p.y->data<float>();
+        const bool rotate = p.rope && n > 0;
+        parallel_ranges(T, T * H * D > kMinParallelElementwise, [&](int64_t t0, int64_t t1) {
+          for (int64_t t = t0; t < t1; t++) {
+            norm_rows(X, D, nullptr, 0, Y, D, t * H, (t + 1) * H, D, wn, eps, 1.0f);
+            if (rotate)
+              kernels().rope_neox(Y + t * H * D, D, H, D / 2, tab->cos.data() + t * n, tab->sin.data() + t * n, n);
+          }
+        });
+      }
+    }
+    if (kv) kv_write(*parts.at(1).y, *parts.at(2).y, positions, kv->keys, kv->values, kv->slot_pos, kv->ring);
+  }
+
   void rope(const Tensor& x, const Tensor& positions, const Tensor& inv_freq, bool interleaved) override {
     Timed timed(*this, "rope");
     VATIC_CHECK(x.ndim() == 3 && x.stride(2) == 1 && x.dtype() == DType::F32, "rope expects F32 [T, H, D], got {}",

@@ -8,6 +8,7 @@
 #include <cmath>
 #include <functional>
 #include <limits>
+#include <numeric>
 #include <optional>
 #include <random>
 #include <set>
@@ -1204,29 +1205,37 @@ Tensor cluster_table(int64_t C, int64_t per) {
 }
 
 // The head over chosen clusters against its definition: each chosen cluster's tokens get y · table[token] (summed
-// here in double), every other token -inf.
+// here in double over the table's rows as `embedding` widens them), every other token -inf; for bf16 rows (read in
+// place) and int8 rows (the default's gather and matmul).
 TEST(MoeOps, CpuMaskedLogits) {
   OwnRandom own(31);
-  const int64_t C = 8, per = 8, V = C * per, K = 20;
-  Tensor table = random_host({V, K}, DType::BF16), y = random_host({1, K});
-  Tensor groups = cluster_table(C, per), clusters = Tensor::from_ints({5, 2}, {2});
-  Tensor got = Tensor::empty({1, V}, DType::F32);
-  cpu_backend().masked_logits(y, dense(table), groups, clusters, got);
-  std::vector<bool> chosen(static_cast<size_t>(V), false);
-  for (int c : {5, 2})
-    for (int64_t j = 0; j < per; j++) chosen[static_cast<size_t>(groups.data<int32_t>()[c * per + j])] = true;
-  for (int64_t v = 0; v < V; v++) {
-    const float g = got.data<float>()[v];
-    if (!chosen[static_cast<size_t>(v)]) {
-      EXPECT_EQ(g, -std::numeric_limits<float>::infinity()) << "token " << v;
-      continue;
+  const int64_t C = 8, per = 8, V = C * per, K = 64;
+  for (int bits : {0, 8}) {
+    SCOPED_TRACE(fmt::format("bits {}", bits));
+    const Linear table = bits ? random_quantized(0, V, K, bits, 32) : dense(random_host({V, K}, DType::BF16));
+    Tensor y = random_host({1, K});
+    Tensor groups = cluster_table(C, per), clusters = Tensor::from_ints({5, 2}, {2});
+    Tensor got = Tensor::empty({1, V}, DType::F32);
+    cpu_backend().masked_logits(y, table, groups, clusters, got);
+    Tensor rows = Tensor::empty({V, K}, DType::F32);
+    std::vector<int32_t> all(static_cast<size_t>(V));
+    std::iota(all.begin(), all.end(), 0);
+    cpu_backend().embedding(table, Tensor::from_ints(all, {V}), 1.0f, rows);
+    std::vector<bool> chosen(static_cast<size_t>(V), false);
+    for (int c : {5, 2})
+      for (int64_t j = 0; j < per; j++) chosen[static_cast<size_t>(groups.data<int32_t>()[c * per + j])] = true;
+    for (int64_t v = 0; v < V; v++) {
+      const float g = got.data<float>()[v];
+      if (!chosen[static_cast<size_t>(v)]) {
+        EXPECT_EQ(g, -std::numeric_limits<float>::infinity()) << "token " << v;
+        continue;
+      }
+      double want = 0;
+      for (int64_t k = 0; k < K; k++) want += double(y.data<float>()[k]) * double(rows.data<float>()[v * K + k]);
+      EXPECT_NEAR(g, want, 1e-5 * std::max(1.0, std::fabs(want))) << "token " << v;
     }
-    double want = 0;
-    for (int64_t k = 0; k < K; k++)
-      want += double(y.data<float>()[k]) * double(bf16_to_f32(table.data<uint16_t>()[v * K + k]));
-    EXPECT_NEAR(g, want, 1e-5 * std::max(1.0, std::fabs(want))) << "token " << v;
+    EXPECT_THROW(cpu_backend().masked_logits(y, table, groups, Tensor::from_ints({8}, {1}), got), Error);
   }
-  EXPECT_THROW(cpu_backend().masked_logits(y, dense(table), groups, Tensor::from_ints({8}, {1}), got), Error);
 }
 
 // The device's one-pass head against the CPU's composition: bf16 rows in 16-byte chunks (clusters of more tokens

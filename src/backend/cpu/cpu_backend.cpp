@@ -1153,6 +1153,43 @@ class CpuBackend final : public Backend {
     }
   }
 
+  // The centroid head without gathering its rows: a chosen token's logit is the dot product of y with its bf16
+  // table row where the row lies (the default widens every chosen row into a fresh buffer first, and multiplies
+  // after). Other encodings take the default.
+  void masked_logits(const Tensor& y, const Linear& table, const Tensor& groups, const Tensor& clusters,
+                     const Tensor& logits) override {
+    const Tensor& w = table.weight;
+    const int64_t K = table.in_features(), V = table.out_features();
+    const bool fits = !table.quantized() && w.dtype() == DType::BF16 && w.ndim() == 2 && w.stride(1) == 1 &&
+                      y.dtype() == DType::F32 && y.is_contiguous() && y.numel() == K && groups.ndim() == 2 &&
+                      groups.dtype() == DType::I32 && groups.is_contiguous() && groups.numel() == V &&
+                      clusters.dtype() == DType::I32 && clusters.is_contiguous() && logits.dtype() == DType::F32 &&
+                      logits.is_contiguous() && logits.numel() == V;
+    if (!fits) return Backend::masked_logits(y, table, groups, clusters, logits);
+    Timed timed(*this, "masked_logits");
+    const int64_t C = groups.dim(0), per = groups.dim(1), k = clusters.numel(), ldw = w.stride(0);
+    const int32_t* cl = clusters.data<int32_t>();
+    const int32_t* G = groups.data<int32_t>();
+    for (int64_t i = 0; i < k; i++) {
+      VATIC_CHECK(cl[i] >= 0 && cl[i] < C, "masked_logits: cluster {} of {}", cl[i], C);
+      for (int64_t j = 0; j < per; j++)
+        VATIC_CHECK(G[cl[i] * per + j] >= 0 && G[cl[i] * per + j] < V, "masked_logits: token {} of a vocabulary of {}",
+                    G[cl[i] * per + j], V);
+    }
+    float* L = logits.data<float>();
+    std::fill_n(L, V, -std::numeric_limits<float>::infinity());
+    const float* Y = y.data<float>();
+    const uint16_t* W = w.data<uint16_t>();
+    const auto& kr = kernels();
+    const int64_t n = k * per;
+    parallel_ranges(n, n * K > kMinParallelElementwise, [&](int64_t r0, int64_t r1) {
+      for (int64_t r = r0; r < r1; r++) {
+        const int32_t id = G[cl[r / per] * per + r % per];
+        L[id] = kr.dot_bf16(Y, W + id * ldw, K);
+      }
+    });
+  }
+
   void combine_rows(const Tensor& rows, const Tensor& weights, const Tensor& out) override {
     Timed timed(*this, "combine_rows");
     const int64_t T = out.dim(0), D = out.dim(1), k = weights.dim(1);

@@ -292,7 +292,6 @@ class CudaBackend final : public Backend {
     // (VATIC_GEMV_GROUP_ROWS=n: groups of n, 0: one group; the same bits either way).
     cuda::set_gemv_group_rows(env_int("VATIC_GEMV_GROUP_ROWS", 4, 0, 8));
     cuda::set_norm_prefetch(!env_is("VATIC_NORM_PREFETCH", "0"));
-    cuda::set_argmax_merge_launch(env_is("VATIC_ARGMAX_MERGE_LAUNCH", "1"));
     // The residual norm of a one-row projection in its own launch after the GEMV, as verification's rows take it,
     // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md). Rows of at most
     // VATIC_FUSED_NORM_ROWS outputs (1024 by default: the drafters' rows, none of the targets') always take the

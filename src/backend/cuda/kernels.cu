@@ -211,7 +211,6 @@ bool g_cluster_attention = true;  // VATIC_CLUSTER_ATTENTION=0 turns the cluster
 bool g_lean_attention = true;     // VATIC_LEAN_ATTENTION=0: verification's attention as decode's (for measuring)
 bool g_group_attention = true;    // VATIC_GROUP_ATTENTION=0: long caches by single heads (for measuring)
 bool g_tile_pairs = true;         // VATIC_TILE_PAIRS=0: a prompt's attention one tile of queries a block
-bool g_argmax_merge_launch = false;  // VATIC_ARGMAX_MERGE_LAUNCH=1: a long row's argmax merged in a launch of its own
 bool g_tile_split = true;         // VATIC_TILE_SPLIT=0: a short prompt's long tiles not split into two blocks
 bool g_tile_mma = false;          // a prompt's attention on tensor cores (compute capability 8.0 and later)
 int g_sms = 132;                  // the device's multiprocessors
@@ -2883,17 +2882,10 @@ __global__ void __launch_bounds__(kRankThreads) topk_rank_kernel(const float* a,
 
 // Top-1 of long rows in two passes: blocks of a row each find the best of their slice, then one block per row
 // picks among them (ties go to the lower index in both passes).
-// Slices of each row finished (rows of at most kArgmaxRows), counted by argmax_slices_kernel and set back to 0 by
-// the row's last slice.
-constexpr int kArgmaxRows = 64;
-__device__ unsigned g_argmax_done[kArgmaxRows];
-
-__global__ void argmax_slices_kernel(const float* a, int64_t N, int slices, float* sv_out, int* si_out, float* values,
-                                     int32_t* indices) {
+__global__ void argmax_slices_kernel(const float* a, int64_t N, int slices, float* sv_out, int* si_out) {
   pdl_begin();
   __shared__ float sv[32];
   __shared__ int si[32];
-  __shared__ bool last;
   const int64_t row = blockIdx.y, per = (N + slices - 1) / slices;
   const int64_t begin = blockIdx.x * per, end = min(N, begin + per);
   const float* x = a + row * N;
@@ -2910,32 +2902,6 @@ __global__ void argmax_slices_kernel(const float* a, int64_t N, int slices, floa
   if (threadIdx.x == 0) {
     sv_out[row * slices + blockIdx.x] = bv;
     si_out[row * slices + blockIdx.x] = bi;
-  }
-  if (!values) return;  // argmax_merge_kernel merges
-  if (threadIdx.x == 0) {
-    __threadfence();
-    last = atomicAdd(&g_argmax_done[row], 1u) == static_cast<unsigned>(slices - 1);
-  }
-  __syncthreads();
-  if (!last) return;
-  // The row's last slice picks among all of them (in the same order as argmax_merge_kernel), so the merge needs no
-  // launch of its own.
-  __threadfence();
-  bv = -INFINITY;
-  bi = -1;
-  for (int j = threadIdx.x; j < slices; j += blockDim.x) {
-    const float v = __ldcg(&sv_out[row * slices + j]);
-    const int i = __ldcg(&si_out[row * slices + j]);
-    if (i >= 0 && (bi < 0 || better(v, i, bv, bi))) {
-      bv = v;
-      bi = i;
-    }
-  }
-  block_best(bv, bi, sv, si);
-  if (threadIdx.x == 0) {
-    values[row] = bv;
-    indices[row] = bi;
-    g_argmax_done[row] = 0;
   }
 }
 
@@ -3386,7 +3352,6 @@ bool set_kernel_trace(unsigned long long* records, unsigned capacity) {
          cudaMemcpyToSymbol(g_trace_next, &zero, sizeof(zero)) == cudaSuccess;
 }
 void set_norm_prefetch(bool on) { cudaMemcpyToSymbol(g_norm_prefetch_on, &on, sizeof(on)); }
-void set_argmax_merge_launch(bool on) { g_argmax_merge_launch = on; }
 void set_gemv_group_rows(int rows) { g_gemv_group_rows = rows > 0 && rows <= 8 ? rows : 0; }
 void set_expert_chunks(int chunks) {
   if (chunks == 2 || chunks == 4) g_expert_chunks = chunks;
@@ -3964,7 +3929,7 @@ void softmax(const float* a, int64_t rows, int64_t D, float* y, cudaStream_t s) 
   launch(softmax_kernel, static_cast<unsigned>(rows), D >= 4096 ? 1024 : 256, 0, s, a, D, y);
 }
 size_t topk_scratch_floats(int64_t rows, int64_t N, int k) {
-  return k == 1 && N >= 16384 && rows <= kArgmaxRows ? static_cast<size_t>(2 * rows * kArgmaxSlices) : 0;
+  return k == 1 && N >= 16384 && rows <= 64 ? static_cast<size_t>(2 * rows * kArgmaxSlices) : 0;
 }
 
 void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t* indices, float* scratch,
@@ -3978,14 +3943,8 @@ void topk(const float* a, int64_t rows, int64_t N, int k, float* values, int32_t
   if (topk_scratch_floats(rows, N, k)) {
     float* sv = scratch;
     int* si = reinterpret_cast<int*>(scratch + rows * kArgmaxSlices);
-    if (g_argmax_merge_launch) {  // VATIC_ARGMAX_MERGE_LAUNCH=1: the merge in a launch of its own (for measuring)
-      launch(argmax_slices_kernel, dim3(kArgmaxSlices, static_cast<unsigned>(rows)), 256, 0, s, a, N, kArgmaxSlices,
-             sv, si, static_cast<float*>(nullptr), static_cast<int32_t*>(nullptr));
-      launch(argmax_merge_kernel, static_cast<unsigned>(rows), 128, 0, s, sv, si, kArgmaxSlices, values, indices);
-      return;
-    }
-    launch(argmax_slices_kernel, dim3(kArgmaxSlices, static_cast<unsigned>(rows)), 256, 0, s, a, N, kArgmaxSlices, sv,
-           si, values, indices);
+    launch(argmax_slices_kernel, dim3(kArgmaxSlices, static_cast<unsigned>(rows)), 256, 0, s, a, N, kArgmaxSlices, sv, si);
+    launch(argmax_merge_kernel, static_cast<unsigned>(rows), 128, 0, s, sv, si, kArgmaxSlices, values, indices);
     return;
   }
   launch(topk_kernel, static_cast<unsigned>(rows), N >= 4096 ? 1024 : 256, 0, s, a, N, k, values, indices);

@@ -819,10 +819,9 @@ TEST(DeviceOps, MixtureNorms) {
 // An output projection with the residual add (and the next norm) after it, in one op: against the CPU's
 // composition, in every weight layout the decode path takes, past 8 rows (composed) and at widths the GEMV fills
 // unevenly; and a row's result does not depend on how many rows go with it (decode and verification agree bit for
-// bit). One-row launches take the GEMV and then the norm kernel; short rows (7 and 256 here), and every row with
-// VATIC_FUSED_NORMS=1, have the GEMV's last block finish the row instead (run this test with it set too): several
-// launches in a row check that it leaves its completion counter ready for the next, and rows of 2,816 that its
-// slices and the norm kernel's registers agree.
+// bit). One-row launches take the GEMV and then the norm kernel; with VATIC_FUSED_NORMS=1 the GEMV's last block
+// finishes the row instead (run this test with it set too): several launches in a row check that it leaves its
+// completion counter ready for the next, and rows of 2,816 that its slices and the norm kernel's registers agree.
 TEST(DeviceOps, ProjectionWithResidualNorm) {
   FOR_EACH_DEVICE([](Device dev) {
     Backend& be = backend_for(dev);

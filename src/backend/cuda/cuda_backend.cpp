@@ -293,11 +293,9 @@ class CudaBackend final : public Backend {
     cuda::set_gemv_group_rows(env_int("VATIC_GEMV_GROUP_ROWS", 4, 0, 8));
     cuda::set_norm_prefetch(!env_is("VATIC_NORM_PREFETCH", "0"));
     // The residual norm of a one-row projection in its own launch after the GEMV, as verification's rows take it,
-    // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md). Rows of at most
-    // VATIC_FUSED_NORM_ROWS outputs (1024 by default: the drafters' rows, none of the targets') always take the
-    // last block: their GEMV is a few blocks, and the launch saved is most of a drafter layer's norm.
+    // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md). The own launch is
+    // faster even for the drafters' rows of 256 (docs/performance.md).
     fused_norms_ = env_is("VATIC_FUSED_NORMS", "1");
-    fused_norm_rows_ = env_int("VATIC_FUSED_NORM_ROWS", 1024, 0, 1 << 30);
     start_kernel_trace();
     CUDA_OK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
     if (cublasCreate(&blas_) != CUBLAS_STATUS_SUCCESS) throw DeviceError("cuBLAS could not be initialised");
@@ -614,9 +612,9 @@ class CudaBackend final : public Backend {
   void matmul_add_rms_norm(const Tensor& a, const Linear& W, const Tensor& x, const Tensor* w, float eps, float s,
                            const Tensor& y, const Tensor* w_next, const Tensor* n) override {
     const int64_t T = a.ndim() == 2 ? a.dim(0) : 0, K = a.ndim() == 2 ? a.dim(1) : 0, N = W.out_features();
-    // One row with VATIC_FUSED_NORMS=1 or of a short row: the GEMV's last block adds and normalises. Otherwise the GEMV and then the
+    // One row with VATIC_FUSED_NORMS=1: the GEMV's last block adds and normalises. Otherwise the GEMV and then the
     // norm kernel, whose row arithmetic is the same (docs/gpu.md).
-    const bool fits = (fused_norms_ || N <= fused_norm_rows_) && T == 1 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
+    const bool fits = fused_norms_ && T == 1 && a.dtype() == DType::F32 && a.stride(1) == 1 && W.in_features() == K &&
                       (!W.quantized() || K % W.group == 0) && x.dtype() == DType::F32 && x.is_contiguous() &&
                       y.is_contiguous() && x.numel() == T * N && y.numel() == T * N &&
                       (!n || (n->is_contiguous() && n->numel() == T * N));
@@ -1563,7 +1561,6 @@ class CudaBackend final : public Backend {
   unsigned* counter_dev_ = nullptr;
   void* digits_dev_ = nullptr;
   bool fused_norms_ = false;
-  int64_t fused_norm_rows_ = 0;
   unsigned long long* distinct_experts_dev_ = nullptr;  // counted while profiling (take_counts)
   bool profiling_ = false;
   bool recording_ = false;

@@ -36,6 +36,7 @@ DepthController::DepthController(int max_depth)
       accept_(max_depth_ + 1, 1.0),
       accept_n_(max_depth_ + 1, 0),
       cost_n_(max_depth_ + 1, 0),
+      fastest_(max_depth_ + 1, -1.0),
       selected_(std::min(1, max_depth_)) {}
 
 double DepthController::acceptance(int i) const {
@@ -60,20 +61,36 @@ double DepthController::expected_tokens(int n) const {
   return e;
 }
 
-double DepthController::cost(int n) const {
-  // Drafting deeper never costs less: take the largest estimate at or below n, so timing noise cannot make a
-  // deeper round look cheaper than a shallower one.
-  double c = raw_cost(n);
-  for (int k = 0; k < n; k++) c = std::max(c, raw_cost(k));
-  // Nor can a shallower round cost more than a deeper one was measured to: noise only adds time, so one slow
-  // sample at depth 1 must not make every depth look slower than plain decoding.
+double DepthController::measured(int n) const {
+  // Timing noise only adds time, so a measured estimate is an upper bound on its depth's true cost, and
+  // drafting deeper never costs less: a depth costs at most what any deeper depth was measured to. An estimate
+  // above a deeper one is stale (taken while the machine was slower, such as a reply's first rounds, and not
+  // re-measured since its depth stopped being run) and is lowered to it; one slow sample at depth 1 must not
+  // make every depth look slower than plain decoding, nor a stale plain-decoding cost make a deeper depth look
+  // slower than it was measured to be.
+  double c = cost_[n];
   for (int k = n + 1; k <= max_depth_; k++)
     if (cost_[k] > 0) c = std::min(c, cost_[k]);
   return c;
 }
 
+double DepthController::cost(int n) const {
+  // Drafting deeper never costs less: an unmeasured depth costs at least what every shallower depth is
+  // estimated to, so an interpolation cannot make a deeper round look cheaper than a shallower one.
+  double c = raw_cost(n);
+  for (int k = 0; k < n; k++) c = std::max(c, raw_cost(k));
+  return c;
+}
+
 double DepthController::raw_cost(int n) const {
-  if (cost_[n] > 0) return cost_[n];
+  if (cost_[n] > 0) return measured(n);
+  // A depth run only by probes has no estimate, but any round of it bounds its cost from above (noise and a
+  // change's one-off costs only add time).
+  const double e = estimated_cost(n);
+  return fastest_[n] > 0 ? std::min(e, fastest_[n]) : e;
+}
+
+double DepthController::estimated_cost(int n) const {
   // Linear interpolation between sampled depths; beyond the deepest, the line through the two deepest sampled
   // depths (each further draft costs what the last measured one did). Below the shallowest, flat.
   int lo = -1, hi = -1;
@@ -87,21 +104,23 @@ double DepthController::raw_cost(int n) const {
       hi = k;
       break;
     }
-  if (lo >= 0 && hi >= 0) return cost_[lo] + (cost_[hi] - cost_[lo]) * (n - lo) / double(hi - lo);
+  if (lo >= 0 && hi >= 0) return measured(lo) + (measured(hi) - measured(lo)) * (n - lo) / double(hi - lo);
   if (lo >= 0) {
+    // A shallower estimate that a deeper one contradicts (lowered by measured) says nothing about what a
+    // further draft costs: the slope comes from the deepest one below lo that is consistent.
     int lo2 = -1;
     for (int k = lo - 1; k >= 0; k--)
-      if (cost_[k] > 0) {
+      if (cost_[k] > 0 && cost_[k] <= measured(lo)) {
         lo2 = k;
         break;
       }
-    if (lo2 >= 0) return cost_[lo] + std::max(0.0, cost_[lo] - cost_[lo2]) * (n - lo) / double(lo - lo2);
+    if (lo2 >= 0) return measured(lo) + (measured(lo) - cost_[lo2]) * (n - lo) / double(lo - lo2);
     // One depth measured: what a further draft costs is unknown, so assume the worst, a round's cost in
     // proportion to the tokens it verifies; the depth is then chosen only once a second measured depth gives
     // the slope.
-    return cost_[lo] * (n + 1) / double(lo + 1);
+    return measured(lo) * (n + 1) / double(lo + 1);
   }
-  if (hi >= 0) return cost_[hi];
+  if (hi >= 0) return measured(hi);
   return 1.0;
 }
 
@@ -164,12 +183,16 @@ void DepthController::record(int depth, int accepted, double seconds) {
   // a depth change may carry one-off costs, so it neither seeds a depth that has no estimate yet nor raises
   // one.
   if (seconds > 0) {
+    if (fastest_[depth] <= 0 || seconds < fastest_[depth]) fastest_[depth] = seconds;
     double& c = cost_[depth];
     if (depth == last_depth_) cost_n_[depth]++;
     if (c <= 0 || (depth == last_depth_ && cost_n_[depth] <= kSeedSamples)) {
       if (depth == last_depth_) c = c <= 0 ? seconds : std::min(c, seconds);
     } else if (seconds < c) {
-      c += 0.5 * (seconds - c);
+      // A depth other than the chosen one is run only by probes, rounds apart, so its estimate follows a
+      // faster round at once: one seeded in a reply's slow first rounds would otherwise stay stale for the
+      // rest of the reply and keep a depth that pays from being chosen.
+      c = depth == selected_ ? c + 0.5 * (seconds - c) : seconds;
     } else if (depth == last_depth_) {
       // A probe (or any round right after a change) pays the change's one-off costs (the drafter's weights
       // and the idle worker to bring back): it may lower an estimate, never raise it. Otherwise depth 0, once

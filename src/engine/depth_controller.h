@@ -24,6 +24,8 @@ class DepthController {
  private:
   double cost(int n) const;
   double raw_cost(int n) const;
+  double estimated_cost(int n) const;  // an unmeasured depth's cost from the measured ones
+  double measured(int n) const;  // a measured depth's estimate, at most any deeper one's
   int best() const;
 
   int max_depth_;
@@ -31,6 +33,7 @@ class DepthController {
   std::vector<double> accept_;  // EWMA conditional acceptance per position
   std::vector<int> accept_n_;   // samples per position
   std::vector<int> cost_n_;     // clean cost samples per depth (rounds at the depth run before)
+  std::vector<double> fastest_;  // fastest round seen per depth, clean or not (seconds), < 0 = none
   int last_depth_ = -1;
   int selected_;
   int probe_interval_ = 4;

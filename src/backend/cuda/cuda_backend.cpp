@@ -292,6 +292,7 @@ class CudaBackend final : public Backend {
     // (VATIC_GEMV_GROUP_ROWS=n: groups of n, 0: one group; the same bits either way).
     cuda::set_gemv_group_rows(env_int("VATIC_GEMV_GROUP_ROWS", 4, 0, 8));
     cuda::set_norm_prefetch(!env_is("VATIC_NORM_PREFETCH", "0"));
+    cuda::set_gemv_decode_bound(!env_is("VATIC_GEMV_DECODE_BOUND", "0"));
     // The residual norm of a one-row projection in its own launch after the GEMV, as verification's rows take it,
     // or with VATIC_FUSED_NORMS=1 in the GEMV's last block (the same row function; docs/gpu.md). The own launch is
     // faster even for the drafters' rows of 256 (docs/performance.md).

@@ -211,6 +211,7 @@ bool g_cluster_attention = true;  // VATIC_CLUSTER_ATTENTION=0 turns the cluster
 bool g_lean_attention = true;     // VATIC_LEAN_ATTENTION=0: verification's attention as decode's (for measuring)
 bool g_group_attention = true;    // VATIC_GROUP_ATTENTION=0: long caches by single heads (for measuring)
 bool g_tile_pairs = true;         // VATIC_TILE_PAIRS=0: a prompt's attention one tile of queries a block
+bool g_gemv_decode_bound = true;  // VATIC_GEMV_DECODE_BOUND=0: decode's bf16 gated / several-matrix GEMVs unbounded
 bool g_tile_split = true;         // VATIC_TILE_SPLIT=0: a short prompt's long tiles not split into two blocks
 bool g_tile_mma = false;          // a prompt's attention on tensor cores (compute capability 8.0 and later)
 int g_sms = 132;                  // the device's multiprocessors
@@ -939,6 +940,15 @@ __global__ void __launch_bounds__(128) gemv_chunks_kernel(const GemvJob j, int p
 template <int TT, int R, int EPI>
 __global__ void __launch_bounds__(128, 6) gemv_verify_kernel(const GemvJob j, int parts) {
   gemv_chunks<TT, R, 0, EPI>(j, parts);
+}
+
+// A decode step's bf16 gated, multiplied and several-matrix launches (one input row), held to five blocks per SM
+// (20 warps, at most 102 registers a thread): unbounded they take 114, four blocks, since their loads went
+// unpredicated, and E4B decoded 2.5 % slower than at the 96 they took before (VATIC_GEMV_DECODE_BOUND=0: unbounded,
+// for measuring). The same arithmetic either way.
+template <int R, int EPI>
+__global__ void __launch_bounds__(128, 5) gemv_decode_kernel(const GemvJob j, int parts) {
+  gemv_chunks<1, R, 0, EPI>(j, parts);
 }
 
 // Quantized rows over the input's digits (digits_kernel), decode and verification alike.
@@ -3352,6 +3362,7 @@ bool set_kernel_trace(unsigned long long* records, unsigned capacity) {
          cudaMemcpyToSymbol(g_trace_next, &zero, sizeof(zero)) == cudaSuccess;
 }
 void set_norm_prefetch(bool on) { cudaMemcpyToSymbol(g_norm_prefetch_on, &on, sizeof(on)); }
+void set_gemv_decode_bound(bool on) { g_gemv_decode_bound = on; }
 void set_gemv_group_rows(int rows) { g_gemv_group_rows = rows > 0 && rows <= 8 ? rows : 0; }
 void set_expert_chunks(int chunks) {
   if (chunks == 2 || chunks == 4) g_expert_chunks = chunks;
@@ -3414,6 +3425,9 @@ void launch_gemv_chunks(const GemvJob& j, cudaStream_t s) {
     launch(gemv_chunks_q1_kernel<R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
   else if constexpr (BITS == 0 && TT >= 4)
     launch(gemv_verify_kernel<TT, R, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
+  else if constexpr (BITS == 0 && TT == 1 && EPI != 0)
+    launch(g_gemv_decode_bound ? gemv_decode_kernel<R, EPI> : gemv_chunks_kernel<1, R, 0, EPI>,
+           static_cast<unsigned>(blocks), 128, 0, s, job, parts);
   else
     launch(gemv_chunks_kernel<TT, R, BITS, EPI>, static_cast<unsigned>(blocks), 128, 0, s, job, parts);
 }

@@ -77,6 +77,9 @@ void set_gemv_group_rows(int rows);
 // For measurements: the chunks of a row a bf16 routed-expert GEMV asks for at once (2 or 4, default 4; other
 // values keep it; the same bits either way).
 void set_expert_chunks(int chunks);
+// For measurements: decode's bf16 gated, multiplied and several-matrix GEMVs without their bound of five blocks
+// per SM (the same arithmetic).
+void set_gemv_decode_bound(bool on);
 // Kernel trace for measurements: every launch from now on writes (source line of its pdl_begin << 32 | grid
 // width, global timer ns) to records[2i], records[2i + 1] (device-visible host memory) for its first `capacity`
 // launches. False where the device refused.

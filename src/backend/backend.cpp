@@ -2,8 +2,23 @@
 
 #include <chrono>
 #include <limits>
+#include <map>
+
+#include <fmt/format.h>
 
 namespace vatic {
+
+std::vector<std::pair<std::string, double>> profile_table(const std::vector<std::pair<std::string, double>>& samples) {
+  std::map<std::string, std::pair<double, int>> by_name;
+  for (const auto& [name, seconds] : samples) {
+    auto& e = by_name[name];
+    e.first += seconds;
+    e.second++;
+  }
+  std::vector<std::pair<std::string, double>> r;
+  for (const auto& [name, v] : by_name) r.push_back({fmt::format("{} ×{}", name, v.second), v.first});
+  return r;
+}
 
 MemoryBandwidth Backend::measure_bandwidth(size_t bytes, int reps) {
   using Clock = std::chrono::steady_clock;

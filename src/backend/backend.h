@@ -352,6 +352,10 @@ class Backend {
                         float frequency) = 0;
 };
 
+// take_profile's table from an op's (name, seconds) samples: a row per name, "name ×count" with the summed seconds,
+// in name order (what every backend's take_profile returns).
+std::vector<std::pair<std::string, double>> profile_table(const std::vector<std::pair<std::string, double>>& samples);
+
 // The backend registry: which devices this build and this machine have.
 // backend_for throws a clear error for a device that is absent ("no cuda:1 on this machine: it has cpu, cuda:0").
 Backend& backend_for(Device device);

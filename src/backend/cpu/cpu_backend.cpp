@@ -126,16 +126,9 @@ class CpuBackend final : public Backend {
   void set_profiling(bool on) override { profiling_.store(on, std::memory_order_relaxed); }
   std::vector<std::pair<std::string, double>> take_profile() override {
     std::lock_guard<std::mutex> lock(profile_mutex_);
-    std::map<std::string, std::pair<double, int>> by_name;
-    for (const auto& [name, seconds] : timings_) {
-      auto& e = by_name[name];
-      e.first += seconds;
-      e.second++;
-    }
+    std::vector<std::pair<std::string, double>> samples(timings_.begin(), timings_.end());
     timings_.clear();
-    std::vector<std::pair<std::string, double>> r;
-    for (const auto& [name, v] : by_name) r.push_back({fmt::format("{} ×{}", name, v.second), v.first});
-    return r;
+    return profile_table(samples);
   }
 
   Device device() const override { return Device::CPU; }

@@ -386,20 +386,16 @@ class CudaBackend final : public Backend {
   std::vector<std::pair<std::string, double>> take_profile() override {
     bind();
     CUDA_OK(cudaStreamSynchronize(stream_), "profile");
-    std::map<std::string, std::pair<double, int>> by_name;
+    std::vector<std::pair<std::string, double>> samples;
     for (const Timing& t : timings_) {
       float ms = 0;
       CUDA_OK(cudaEventElapsedTime(&ms, t.start, t.stop), "profile");
-      auto& e = by_name[t.name];
-      e.first += ms * 1e-3;
-      e.second++;
+      samples.push_back({t.name, ms * 1e-3});
       events_.push_back(t.start);
       events_.push_back(t.stop);
     }
     timings_.clear();
-    std::vector<std::pair<std::string, double>> r;
-    for (const auto& [name, v] : by_name) r.push_back({fmt::format("{} ×{}", name, v.second), v.first});
-    return r;
+    return profile_table(samples);
   }
   void bind_thread() override {
     CUDA_OK(cudaSetDevice(index_), "cudaSetDevice");

@@ -46,9 +46,9 @@ void Backend::masked_logits(const Tensor& y, const Linear& table, const Tensor& 
                             const Tensor& logits) {
   const int64_t K = table.in_features(), V = table.out_features(), C = groups.dim(0), per = groups.dim(1);
   const int64_t k = clusters.numel();
-  VATIC_CHECK(y.dtype() == DType::F32 && y.numel() == K && y.is_contiguous() && groups.ndim() == 2 && groups.dtype() == DType::I32 &&
-                  C * per == V && clusters.dtype() == DType::I32 && logits.dtype() == DType::F32 &&
-                  logits.numel() == V && logits.is_contiguous(),
+  VATIC_CHECK(y.dtype() == DType::F32 && y.numel() == K && y.is_contiguous() && groups.ndim() == 2 &&
+                  groups.dtype() == DType::I32 && C * per == V && clusters.dtype() == DType::I32 &&
+                  logits.dtype() == DType::F32 && logits.numel() == V && logits.is_contiguous(),
               "masked_logits: y {} table [{}, {}] groups {} clusters {} logits {}", y.describe(), V, K,
               groups.describe(), clusters.describe(), logits.describe());
   Tensor ids = empty({k, per}, DType::I32);

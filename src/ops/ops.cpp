@@ -106,16 +106,16 @@ std::vector<Tensor> matmul_many(const Tensor& x, const std::vector<const Linear*
   return ys;
 }
 
-Tensor embedding(const Linear& table, const Tensor& ids_, float scale) {
-  Tensor out = empty_like(table.weight, {ids_.numel(), table.in_features()});
-  backend_of_linear("embedding", ids_, table).embedding(table, ids_, scale, out);
-  return out;
-}
 void embedding_into(const Linear& table, const Tensor& ids_, float scale, const Tensor& out) {
   VATIC_CHECK(out.ndim() == 2 && out.dim(0) == ids_.numel() && out.dim(1) == table.in_features() &&
                   out.dtype() == DType::F32 && out.stride(1) == 1,
               "embedding_into: {} for {} ids of width {}", out.describe(), ids_.numel(), table.in_features());
   backend_of_all("embedding", out, ids_, table.weight, table.scales, table.biases).embedding(table, ids_, scale, out);
+}
+Tensor embedding(const Linear& table, const Tensor& ids_, float scale) {
+  Tensor out = empty_like(table.weight, {ids_.numel(), table.in_features()});
+  embedding_into(table, ids_, scale, out);
+  return out;
 }
 Tensor embedding(const Tensor& table, const Tensor& ids_, float scale) {
   Linear l;

@@ -119,6 +119,21 @@ void dequant_row(const Linear& w, int64_t n, float* out, int64_t K) {
   }
 }
 
+// The largest of init and r[0, n), in eight independent running maxima merged in order (a NaN never replaces a
+// maximum; `v > m ? v : m` throughout, so only a zero's sign can depend on the order). Eight chains instead of one
+// keep the comparisons from waiting on each other.
+float running_max8(const float* r, int64_t n, float init) {
+  float m[8];
+  for (float& v : m) v = init;
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8)
+    for (int u = 0; u < 8; u++) m[u] = r[i + u] > m[u] ? r[i + u] : m[u];
+  for (; i < n; i++) m[0] = r[i] > m[0] ? r[i] : m[0];
+  float top = m[0];
+  for (int u = 1; u < 8; u++) top = m[u] > top ? m[u] : top;
+  return top;
+}
+
 class CpuBackend final : public Backend {
  public:
   // While profiling is on, each op's wall time on the calling thread (bench's table by operation; an op that runs
@@ -770,23 +785,16 @@ class CpuBackend final : public Backend {
           float* r = sc.data() + g * n;
           if (p.scale != 1.0f)
             for (int64_t j = 0; j < n; j++) r[j] *= p.scale;
-          // The largest score in eight running maxima (a NaN never replaces one). Only a zero's sign can depend on
-          // the order of the comparisons, and r - (+0) equals r - (-0) for every r (both ±0 give exp(±0) = 1).
-          float m8[8];
-          for (float& m : m8) m = ninf;
-          int64_t j = 0;
-          for (; j + 8 <= n; j += 8)
-            for (int u = 0; u < 8; u++) m8[u] = r[j + u] > m8[u] ? r[j + u] : m8[u];
-          for (; j < n; j++) m8[0] = r[j] > m8[0] ? r[j] : m8[0];
-          float mx = m8[0];
-          for (int u = 1; u < 8; u++) mx = m8[u] > mx ? m8[u] : mx;
+          // The largest score. Only a zero's sign can depend on the order of the comparisons, and r - (+0) equals
+          // r - (-0) for every r (both ±0 give exp(±0) = 1).
+          const float mx = running_max8(r, n, ninf);
           if (mx == ninf) {
             std::fill(r, r + n, 0.0f);
             sums[g] = 0.0;
             continue;
           }
           double sum = 0;
-          for (j = 0; j < n; j++) {
+          for (int64_t j = 0; j < n; j++) {
             r[j] = std::exp(r[j] - mx);
             sum += r[j];
           }
@@ -1064,14 +1072,7 @@ class CpuBackend final : public Backend {
         const float* x = a.data<float>() + r * N;
         int64_t best = 0;
         if (x[0] == x[0]) {
-          float m[8];
-          for (float& v : m) v = x[0];
-          int64_t i = 0;
-          for (; i + 8 <= N; i += 8)
-            for (int j = 0; j < 8; j++) m[j] = x[i + j] > m[j] ? x[i + j] : m[j];
-          for (; i < N; i++) m[0] = x[i] > m[0] ? x[i] : m[0];
-          float top = m[0];
-          for (int j = 1; j < 8; j++) top = m[j] > top ? m[j] : top;
+          const float top = running_max8(x, N, x[0]);
           while (!(x[best] == top)) best++;
         }
         values.data<float>()[r] = x[best];

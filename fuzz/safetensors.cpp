@@ -9,8 +9,17 @@
 #include "formats/safetensors.h"
 #include "util/error.h"
 
+namespace {
+// The reader takes a path, so each input goes through one scratch file, removed when the fuzzer exits.
+struct ScratchFile {
+  std::string path = "/tmp/vatic-fuzz-" + std::to_string(::getpid()) + ".safetensors";
+  ~ScratchFile() { std::remove(path.c_str()); }
+};
+}  // namespace
+
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  static const std::string path = "/tmp/vatic-fuzz-" + std::to_string(::getpid()) + ".safetensors";
+  static const ScratchFile scratch;
+  const std::string& path = scratch.path;
   std::FILE* f = std::fopen(path.c_str(), "wb");
   if (!f) return 0;
   std::fwrite(data, 1, size, f);

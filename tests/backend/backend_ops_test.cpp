@@ -1035,6 +1035,11 @@ TEST(Elementwise, TanhFamilyPerIsa) {
         ASSERT_EQ(y.data<float>()[i], 0.5f * A[i] * (1.0f + z[i]) * B[i]) << "gated gelu at " << i;
       be.unary(Unary::GeluTanh, a, y);
       for (int64_t i = 0; i < n; i++) ASSERT_EQ(y.data<float>()[i], 0.5f * A[i] * (1.0f + z[i])) << "gelu at " << i;
+      // The soft-cap too: the scalar division and product around this ISA's tanh, bit for bit.
+      for (int64_t i = 0; i < n; i++) z[i] = A[i] / 30.0f;
+      cpu::kernels().tanh(z.data(), z.data(), n);
+      be.softcap(a, 30.0f, y);
+      for (int64_t i = 0; i < n; i++) ASSERT_EQ(y.data<float>()[i], 30.0f * z[i]) << "softcap at " << i;
     });
   }
 }

@@ -981,28 +981,15 @@ class CpuBackend final : public Backend {
     auto block = [&](int64_t i0) {
       const int64_t m = std::min(kActBlock, n - i0);
       if (op == Unary::GeluTanh) return k.gelu_tanh(A + i0, U ? U + i0 : nullptr, Y + i0, m);
-      float z[kActBlock];
+      // tanh and the soft-cap in vectors (a cap of 1 divides and multiplies by 1: tanh's own bits).
+      if (!U) return k.softcap(A + i0, Y + i0, m, cap);
+      // tanh gating u (GeGLU-style gates with a tanh activation).
+      float z[kActBlock] = {};
       const float* a = A + i0;
-      const float c = 0.7978845608028654f;  // sqrt(2/pi)
-      if (op == Unary::GeluTanh) {
-        for (int64_t i = 0; i < m; i++) z[i] = c * (a[i] + 0.044715f * a[i] * a[i] * a[i]);
-      } else if (cap != 1.0f) {
-        for (int64_t i = 0; i < m; i++) z[i] = a[i] / cap;
-      } else {
-        for (int64_t i = 0; i < m; i++) z[i] = a[i];
-      }
+      for (int64_t i = 0; i < m; i++) z[i] = a[i] / cap;
       k.tanh(z, z, m);
       float* y = Y + i0;
-      if (op == Unary::GeluTanh) {
-        if (U)
-          for (int64_t i = 0; i < m; i++) y[i] = 0.5f * a[i] * (1.0f + z[i]) * U[i0 + i];
-        else
-          for (int64_t i = 0; i < m; i++) y[i] = 0.5f * a[i] * (1.0f + z[i]);
-      } else if (U) {
-        for (int64_t i = 0; i < m; i++) y[i] = cap * z[i] * U[i0 + i];
-      } else {
-        for (int64_t i = 0; i < m; i++) y[i] = cap * z[i];
-      }
+      for (int64_t i = 0; i < m; i++) y[i] = cap * z[i] * U[i0 + i];
     };
     const int64_t blocks = (n + kActBlock - 1) / kActBlock;
     parallel_for(blocks, n > kMinParallelElementwise, [&](int64_t b) { block(b * kActBlock); });

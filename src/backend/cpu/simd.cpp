@@ -439,7 +439,7 @@ Kernels make(const std::string& isa) {
   if (isa == "avx512" || isa == "avx512vnni" || isa == "amx") {
     k = {"avx512", dot_f32_avx512, dot_bf16_avx512, dot4_bf16_avx512, dot4_f32_avx512, axpy_avx512,
          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_avx512, axpy_rows_avx512, qgemm_x_permuted,
-         permute_int4_row_avx512, nullptr, nullptr, nullptr};
+         permute_int4_row_avx512, nullptr, nullptr, nullptr, nullptr};
     if (isa == "amx") {
       k.isa = "amx";
       fill_gemm_amx(k);
@@ -453,13 +453,13 @@ Kernels make(const std::string& isa) {
   } else if (isa == "avx2") {
     k = {"avx2", dot_f32_avx2, dot_bf16_avx2, dot4_bf16_avx2, dot4_f32_avx2, axpy_avx2, nullptr, nullptr, nullptr,
          nullptr, nullptr, nullptr, dot_rows_avx2, axpy_rows_avx2, qgemm_x_permuted,
-         permute_int4_row_generic, nullptr, nullptr, nullptr};
+         permute_int4_row_generic, nullptr, nullptr, nullptr, nullptr};
     fill_gemm_avx2(k);
     fill_vmath_avx2(k);
   } else {
     k = {"generic", dot_f32_generic, dot_bf16_generic, dot4_bf16_generic, dot4_f32_generic, axpy_generic,
          nullptr, nullptr, nullptr, nullptr, nullptr, nullptr, dot_rows_generic, axpy_rows_generic, qgemm_x_permuted,
-         permute_int4_row_generic, nullptr, nullptr, nullptr};
+         permute_int4_row_generic, nullptr, nullptr, nullptr, nullptr};
     fill_gemm_generic(k);
     fill_vmath_generic(k);
   }

@@ -106,6 +106,9 @@ struct Kernels {
   // v[i] = a·c[i] - b·s[i] and v[i + half] = b·c[i] + a·s[i], each product rounded before the add or subtract (the
   // scalar expression without fused multiply-adds), on every path.
   void (*rope_neox)(float* v, int64_t ldv, int64_t rows, int64_t half, const float* c, const float* s, int64_t n);
+  // The logit soft-cap y[i] = cap·tanh(x[i] / cap): the scalar expression's division and product in vectors around
+  // this path's tanh (bit for bit `cap * tanh(x / cap)` over it). y may equal x.
+  void (*softcap)(const float* x, float* y, int64_t n, float cap);
 };
 
 const Kernels& kernels();

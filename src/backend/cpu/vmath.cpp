@@ -23,6 +23,9 @@ inline float bf16_value(uint16_t h) {
 void tanh_generic(const float* x, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i++) y[i] = std::tanh(x[i]);
 }
+void softcap_generic(const float* x, float* y, int64_t n, float cap) {
+  for (int64_t i = 0; i < n; i++) y[i] = cap * std::tanh(x[i] / cap);
+}
 constexpr float kGeluC = 0.7978845608028654f;  // sqrt(2/pi)
 void gelu_tanh_generic(const float* a, const float* u, float* y, int64_t n) {
   for (int64_t i = 0; i < n; i++) {
@@ -107,6 +110,18 @@ void tanh_avx2(const float* x, float* y, int64_t n) {
     alignas(32) float buf[8] = {};
     std::memcpy(buf, x + i, static_cast<size_t>(n - i) * 4);
     _mm256_store_ps(buf, _ZGVdN8v_tanhf(_mm256_load_ps(buf)));
+    std::memcpy(y + i, buf, static_cast<size_t>(n - i) * 4);
+  }
+}
+void softcap_avx2(const float* x, float* y, int64_t n, float cap) {
+  const __m256 c = _mm256_set1_ps(cap);
+  auto f = [&](__m256 v) { return _mm256_mul_ps(c, _ZGVdN8v_tanhf(_mm256_div_ps(v, c))); };
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(x + i)));
+  if (i < n) {
+    alignas(32) float buf[8] = {};
+    std::memcpy(buf, x + i, static_cast<size_t>(n - i) * 4);
+    _mm256_store_ps(buf, f(_mm256_load_ps(buf)));
     std::memcpy(y + i, buf, static_cast<size_t>(n - i) * 4);
   }
 }
@@ -276,6 +291,16 @@ void tanh_avx512(const float* x, float* y, int64_t n) {
     _mm512_mask_storeu_ps(y + i, m, _ZGVeN16v_tanhf(_mm512_maskz_loadu_ps(m, x + i)));
   }
 }
+void softcap_avx512(const float* x, float* y, int64_t n, float cap) {
+  const __m512 c = _mm512_set1_ps(cap);
+  auto f = [&](__m512 v) { return _mm512_mul_ps(c, _ZGVeN16v_tanhf(_mm512_div_ps(v, c))); };
+  int64_t i = 0;
+  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, f(_mm512_loadu_ps(x + i)));
+  if (i < n) {
+    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
+    _mm512_mask_storeu_ps(y + i, m, f(_mm512_maskz_loadu_ps(m, x + i)));
+  }
+}
 inline __m512 gelu16(__m512 x) {
   const __m512 c = _mm512_set1_ps(kGeluC), k = _mm512_set1_ps(0.044715f);
   __m512 x3 = _mm512_mul_ps(_mm512_mul_ps(_mm512_mul_ps(k, x), x), x);
@@ -405,6 +430,7 @@ void rope_neox_avx512(float* v, int64_t ldv, int64_t rows, int64_t half, const f
 namespace vatic::cpu {
 void fill_vmath_generic(Kernels& k) {
   k.tanh = tanh_generic;
+  k.softcap = softcap_generic;
   k.gelu_tanh = gelu_tanh_generic;
   k.sumsq = sumsq_generic;
   k.sumsq_rows = sumsq_rows_generic;
@@ -413,6 +439,7 @@ void fill_vmath_generic(Kernels& k) {
 }
 void fill_vmath_avx2(Kernels& k) {
   k.tanh = tanh_avx2;
+  k.softcap = softcap_avx2;
   k.gelu_tanh = gelu_tanh_avx2;
   k.sumsq = sumsq_avx2;
   k.sumsq_rows = sumsq_rows_avx2;
@@ -421,6 +448,7 @@ void fill_vmath_avx2(Kernels& k) {
 }
 void fill_vmath_avx512(Kernels& k) {
   k.tanh = tanh_avx512;
+  k.softcap = softcap_avx512;
   k.gelu_tanh = gelu_tanh_avx512;
   k.sumsq = sumsq_avx512;
   k.sumsq_rows = sumsq_rows_avx512;

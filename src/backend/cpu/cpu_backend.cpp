@@ -38,6 +38,10 @@ constexpr int64_t kMinParallelMatmul = int64_t{1} << 15;
 // pairs on one thread: with a hundred keys in the cache, attention was 18 % of a verification of four drafts,
 // its exponentials and the value sums as much as the scores.
 constexpr int64_t kMinParallelAttention = int64_t{1} << 15;
+// Fewer (query, KV head) pairs than threads (decode with one KV head, as Gemma 4 E2B / E4B have): from 256 K
+// multiply-adds of a pair's scores and value sums (group·n·(D + Dv)), each pair's keys, heads and value columns
+// are split across the threads instead (attention_split_pairs).
+constexpr int64_t kMinSplitAttentionPair = int64_t{1} << 18;
 // Norms, activations and other elementwise ops: from 16 K values on (a prompt of 64 tokens at width 256), both
 // cores; below, one.
 constexpr int64_t kMinParallelElementwise = int64_t{1} << 14;
@@ -742,6 +746,8 @@ class CpuBackend final : public Backend {
     const int64_t group = Hq / Hkv;
     const auto& kk = kernels();
     if (T >= kAttnQueryBlock && S > 0) return attention_blocked(q, k, v, qp, kp, p, out, group);
+    if (T * Hkv < cpu::pool().threads() && cpu::use_threads(group * S * (D + Dv) >= kMinSplitAttentionPair))
+      return attention_split_pairs(q, k, v, qp, kp, p, out, group);
     // Decode and short verification: per query and KV head, the visible keys are listed once, then the query heads
     // of the group score all of them in one pass over the keys (kernels().dot_rows) and sum the values weighted by
     // the softmax in one pass over the values (axpy_rows): each key and value row is read once for the group,
@@ -812,6 +818,82 @@ class CpuBackend final : public Backend {
         }
       }
     });
+  }
+
+  // The path above with each pair's work split across the threads, for fewer pairs than threads: the scores by
+  // blocks of 16 keys (each key keeps its slot in dot_rows' blocks of 16 / H), the softmax by query head, the value
+  // sums and their scaling by blocks of 16 columns (each column's sum still runs over the keys in order, one FMA a
+  // key). Every value is computed as the one-thread path computes it: the same bits.
+  static void attention_split_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const int32_t* qp,
+                                    const int32_t* kp, const AttentionParams& p, const Tensor& out, int64_t group) {
+    const int64_t T = q.dim(0), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
+    const auto& kk = kernels();
+    const float ninf = -std::numeric_limits<float>::infinity();
+    const float* K0 = k.data<float>();
+    const float* V0 = v.data<float>();
+    const int64_t lk = k.stride(0), lv = v.stride(0), ldo = out.stride(1);
+    std::vector<const float*> krows(static_cast<size_t>(S)), vrows(static_cast<size_t>(S));
+    std::vector<float> sc;
+    std::vector<double> sums(static_cast<size_t>(group));
+    for (int64_t i = 0; i < T * Hkv; i++) {
+      const int64_t t = i / Hkv, kh = i % Hkv;
+      const int32_t pq = qp[t];
+      int64_t n = 0;
+      const float* kb = K0 + kh * k.stride(1);
+      const float* vb = V0 + kh * v.stride(1);
+      for (int64_t s = 0; s < S; s++) {
+        const int32_t pk = kp[s];
+        if (pk < 0 || pk > pq || (p.window > 0 && pq - pk >= p.window)) continue;
+        krows[n] = kb + s * lk;
+        vrows[n] = vb + s * lv;
+        n++;
+      }
+      float* o = out.data<float>() + t * out.stride(0) + kh * group * ldo;
+      if (n == 0) {
+        for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
+        continue;
+      }
+      const bool big = group * n * (D + Dv) >= kMinSplitAttentionPair;
+      sc.resize(static_cast<size_t>(group * n));
+      const float* qh = q.data<float>() + t * q.stride(0) + kh * group * q.stride(1);
+      parallel_ranges((n + 15) / 16, big, [&](int64_t b0, int64_t b1) {
+        const int64_t j0 = b0 * 16, j1 = std::min(n, b1 * 16);
+        kk.dot_rows(qh, q.stride(1), group, krows.data() + j0, j1 - j0, D, sc.data() + j0, n);
+      });
+      parallel_for(group, big, [&](int64_t g) {
+        float* r = sc.data() + g * n;
+        if (p.scale != 1.0f)
+          for (int64_t j = 0; j < n; j++) r[j] *= p.scale;
+        const float mx = running_max8(r, n, ninf);
+        if (mx == ninf) {
+          std::fill(r, r + n, 0.0f);
+          sums[g] = 0.0;
+          return;
+        }
+        double sum = 0;
+        for (int64_t j = 0; j < n; j++) {
+          r[j] = std::exp(r[j] - mx);
+          sum += r[j];
+        }
+        sums[g] = sum;
+      });
+      parallel_ranges((Dv + 15) / 16, big, [&](int64_t b0, int64_t b1) {
+        const int64_t c0 = b0 * 16, c1 = std::min(Dv, b1 * 16);
+        thread_local std::vector<const float*> cols;
+        cols.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; j++) cols[j] = vrows[j] + c0;
+        kk.axpy_rows(sc.data(), n, group, cols.data(), n, c1 - c0, o + c0, ldo);
+        for (int64_t g = 0; g < group; g++) {
+          float* og = o + g * ldo;
+          if (sums[g] == 0.0) {
+            std::fill(og + c0, og + c1, 0.0f);
+            continue;
+          }
+          const float inv = static_cast<float>(1.0 / sums[g]);
+          for (int64_t j = c0; j < c1; j++) og[j] *= inv;
+        }
+      });
+    }
   }
 
   // Prefill: per KV head and block of queries, the scores of all the query heads that share the KV head are one

@@ -632,6 +632,34 @@ TEST(Attention, FewQueriesEqualTheScalarAlgorithmBitForBit) {
   }
 }
 
+// The AVX-512 value sums run over the rows in chunks (kept in L2 for every head and block of columns): each output
+// must still be one FMA per row, in row order, from zero, as a single pass computes it.
+TEST(Attention, ValueSumsAreOneFmaPerRowInRowOrder) {
+  const std::string before = cpu::kernels().isa;
+  for (const std::string& isa : cpu::available_isas()) {
+    if (isa == "generic" || isa == "avx2") continue;  // their sums are checked through the attention tests
+    SCOPED_TRACE(isa);
+    ASSERT_TRUE(cpu::set_isa(isa));
+    for (int64_t d : {int64_t{512}, int64_t{72}, int64_t{16}})
+      for (int64_t n : {int64_t{1}, int64_t{63}, int64_t{64}, int64_t{65}, int64_t{300}}) {
+        SCOPED_TRACE("d=" + std::to_string(d) + " n=" + std::to_string(n));
+        const int64_t nq = 7;  // groups of 4, 2 and 1 heads
+        Tensor p = random_tensor({nq, n}), v = random_tensor({n, d + 5});
+        std::vector<const float*> rows(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; j++) rows[j] = v.data<float>() + j * (d + 5);
+        std::vector<float> out(static_cast<size_t>(nq * (d + 3)), NAN);
+        cpu::kernels().axpy_rows(p.data<float>(), n, nq, rows.data(), n, d, out.data(), d + 3);
+        for (int64_t h = 0; h < nq; h++)
+          for (int64_t i = 0; i < d; i++) {
+            float a = 0.0f;
+            for (int64_t j = 0; j < n; j++) a = std::fma(p.data<float>()[h * n + j], rows[j][i], a);
+            ASSERT_EQ(out[h * (d + 3) + i], a) << "head " << h << " column " << i;
+          }
+      }
+  }
+  cpu::set_isa(before);
+}
+
 TEST(Attention, QueryWithNoVisibleKeyGivesZeros) {
   Tensor q = random_tensor({1, 2, 8}), k = random_tensor({3, 1, 8}), v = random_tensor({3, 1, 8});
   Tensor out = Tensor::empty({1, 2, 8}, DType::F32);

@@ -374,18 +374,29 @@ AVX512 void dot_rows_avx512_h(const float* q, int64_t ldq, const float* const* r
       for (int h = 0; h < H; h++) out[h * ldo + j + k] = s[k * H + h];
   }
 }
+// Keys in chunks of kKeyChunk (a multiple of 16, so each key keeps its slot in the kernels' blocks of 16 / H and
+// its score its bits): every group of heads scores a chunk while its rows are in L1, so a key row comes from
+// memory once for all the heads rather than once per group of four.
+constexpr int64_t kKeyChunk = 16;
 AVX512 void dot_rows_avx512(const float* q, int64_t ldq, int64_t nq, const float* const* rows, int64_t n, int64_t d,
                             float* out, int64_t ldo) {
-  int64_t h = 0;
-  for (; h + 4 <= nq; h += 4) dot_rows_avx512_h<4>(q + h * ldq, ldq, rows, n, d, out + h * ldo, ldo);
-  for (; h + 2 <= nq; h += 2) dot_rows_avx512_h<2>(q + h * ldq, ldq, rows, n, d, out + h * ldo, ldo);
-  for (; h < nq; h++) dot_rows_avx512_h<1>(q + h * ldq, ldq, rows, n, d, out + h * ldo, ldo);
+  for (int64_t j0 = 0; j0 < n; j0 += kKeyChunk) {
+    const int64_t m = std::min(kKeyChunk, n - j0);
+    const float* const* r = rows + j0;
+    float* o = out + j0;
+    int64_t h = 0;
+    for (; h + 4 <= nq; h += 4) dot_rows_avx512_h<4>(q + h * ldq, ldq, r, m, d, o + h * ldo, ldo);
+    for (; h + 2 <= nq; h += 2) dot_rows_avx512_h<2>(q + h * ldq, ldq, r, m, d, o + h * ldo, ldo);
+    for (; h < nq; h++) dot_rows_avx512_h<1>(q + h * ldq, ldq, r, m, d, o + h * ldo, ldo);
+  }
 }
 // H heads × up to C vectors of outputs stay in registers across all rows, each value vector loaded once for the
 // H heads; the sum runs in row order with one FMA per row and output, as one axpy per row does.
+// With `acc` the sums go on from the values in out (a chunk of rows after the first): storing and reloading an f32
+// sum changes nothing, so a column's FMAs are the same whatever the chunks.
 template <int H, int C>
 AVX512 void axpy_rows_avx512_h(const float* p, int64_t ldp, const float* const* rows, int64_t n, int64_t d,
-                               float* out, int64_t ldo) {
+                               float* out, int64_t ldo, bool acc) {
   for (int64_t i0 = 0; i0 < d; i0 += 16 * C) {
     const int64_t w = std::min<int64_t>(16 * C, d - i0);
     const int nv = static_cast<int>((w + 15) / 16);
@@ -394,7 +405,9 @@ AVX512 void axpy_rows_avx512_h(const float* p, int64_t ldp, const float* const* 
 #pragma GCC unroll 16
     for (int h = 0; h < H; h++)
 #pragma GCC unroll 16
-      for (int c = 0; c < C; c++) a[h][c] = _mm512_setzero_ps();
+      for (int c = 0; c < C; c++)
+        a[h][c] = acc && c < nv ? _mm512_maskz_loadu_ps(c == nv - 1 ? last : 0xffff, out + h * ldo + i0 + 16 * c)
+                                : _mm512_setzero_ps();
     for (int64_t j = 0; j < n; j++) {
       __m512 pv[H];
 #pragma GCC unroll 16
@@ -415,12 +428,23 @@ AVX512 void axpy_rows_avx512_h(const float* p, int64_t ldp, const float* const* 
         if (c < nv) _mm512_mask_storeu_ps(out + h * ldo + i0 + 16 * c, c == nv - 1 ? last : 0xffff, a[h][c]);
   }
 }
+// Value rows in chunks of kValueChunk (128 KB of rows of 512 floats: L2): every group of heads and block of columns
+// sums a chunk while its rows are in L2, so a value row comes from memory once rather than once per group of heads
+// and block of 64 or 128 columns. The sums go on across the chunks (acc) in row order: the same bits.
+constexpr int64_t kValueChunk = 64;
 AVX512 void axpy_rows_avx512(const float* p, int64_t ldp, int64_t nq, const float* const* rows, int64_t n, int64_t d,
                              float* out, int64_t ldo) {
-  int64_t h = 0;
-  for (; h + 4 <= nq; h += 4) axpy_rows_avx512_h<4, 4>(p + h * ldp, ldp, rows, n, d, out + h * ldo, ldo);
-  for (; h + 2 <= nq; h += 2) axpy_rows_avx512_h<2, 8>(p + h * ldp, ldp, rows, n, d, out + h * ldo, ldo);
-  for (; h < nq; h++) axpy_rows_avx512_h<1, 8>(p + h * ldp, ldp, rows, n, d, out + h * ldo, ldo);
+  for (int64_t j0 = 0; j0 < n || j0 == 0; j0 += kValueChunk) {
+    const int64_t m = std::min(kValueChunk, n - j0);
+    const float* const* r = rows + j0;
+    const float* pc = p + j0;
+    const bool acc = j0 > 0;
+    int64_t h = 0;
+    for (; h + 4 <= nq; h += 4) axpy_rows_avx512_h<4, 4>(pc + h * ldp, ldp, r, m, d, out + h * ldo, ldo, acc);
+    for (; h + 2 <= nq; h += 2) axpy_rows_avx512_h<2, 8>(pc + h * ldp, ldp, r, m, d, out + h * ldo, ldo, acc);
+    for (; h < nq; h++) axpy_rows_avx512_h<1, 8>(pc + h * ldp, ldp, r, m, d, out + h * ldo, ldo, acc);
+    if (n == 0) break;
+  }
 }
 
 bool cpu_has_avx512() {

@@ -732,6 +732,53 @@ class CpuBackend final : public Backend {
     return tab;
   }
 
+  // The key and value rows (of one KV head) a query at position pq sees among the S cache slots, in slot order;
+  // their count.
+  static int64_t visible_rows(const int32_t* kp, int64_t S, int32_t pq, int window, const float* kb, int64_t lk,
+                              const float* vb, int64_t lv, const float** krows, const float** vrows) {
+    int64_t n = 0;
+    for (int64_t s = 0; s < S; s++) {
+      const int32_t pk = kp[s];
+      if (pk < 0 || pk > pq || (window > 0 && pq - pk >= window)) continue;
+      krows[n] = kb + s * lk;
+      vrows[n] = vb + s * lv;
+      n++;
+    }
+    return n;
+  }
+  // One head's n scores in place: scaled, then exp(score - the largest) (f32); returns their sum in double, 0 (and
+  // every weight 0) when no score is above -inf.
+  static double softmax_weights(float* r, int64_t n, float scale) {
+    const float ninf = -std::numeric_limits<float>::infinity();
+    if (scale != 1.0f)
+      for (int64_t j = 0; j < n; j++) r[j] *= scale;
+    // The largest score. Only a zero's sign can depend on the order of the comparisons, and r - (+0) equals
+    // r - (-0) for every r (both ±0 give exp(±0) = 1).
+    const float mx = running_max8(r, n, ninf);
+    if (mx == ninf) {
+      std::fill(r, r + n, 0.0f);
+      return 0.0;
+    }
+    double sum = 0;
+    for (int64_t j = 0; j < n; j++) {
+      r[j] = std::exp(r[j] - mx);
+      sum += r[j];
+    }
+    return sum;
+  }
+  // Columns [c0, c1) of each head's weighted sum of values divided by its sum of weights (zeros for a sum of 0).
+  static void normalize_heads(float* o, int64_t ldo, int64_t group, const double* sums, int64_t c0, int64_t c1) {
+    for (int64_t g = 0; g < group; g++) {
+      float* og = o + g * ldo;
+      if (sums[g] == 0.0) {
+        std::fill(og + c0, og + c1, 0.0f);
+        continue;
+      }
+      const float inv = static_cast<float>(1.0 / sums[g]);
+      for (int64_t j = c0; j < c1; j++) og[j] *= inv;
+    }
+  }
+
   void attention(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& q_pos, const Tensor& k_pos,
                  const AttentionParams& p, const Tensor& out) override {
     Timed timed(*this, "attention");
@@ -753,10 +800,9 @@ class CpuBackend final : public Backend {
     // the softmax in one pass over the values (axpy_rows): each key and value row is read once for the group,
     // instead of one dot call and one axpy call per head and key. Same masking and softmax (f32 scores, sum of the
     // exponentials in double).
-    const float ninf = -std::numeric_limits<float>::infinity();
     const float* K0 = k.data<float>();
     const float* V0 = v.data<float>();
-    const int64_t lk = k.stride(0), lv = v.stride(0);
+    const int64_t lk = k.stride(0), lv = v.stride(0), ldo = out.stride(1);
     // Pairs i = t·Hkv + kh, a range of them per thread. Each pair is computed alike whichever thread takes it.
     parallel_ranges(T * Hkv, T * Hq * S * D >= kMinParallelAttention, [&](int64_t i0, int64_t i1) {
       thread_local std::vector<const float*> krows, vrows;
@@ -768,54 +814,18 @@ class CpuBackend final : public Backend {
       sums.resize(group);
       for (int64_t i = i0; i < i1; i++) {
         const int64_t t = i / Hkv, kh = i % Hkv;
-        const int32_t pq = qp[t];
-        int64_t n = 0;
-        const float* kb = K0 + kh * k.stride(1);
-        const float* vb = V0 + kh * v.stride(1);
-        for (int64_t s = 0; s < S; s++) {
-          const int32_t pk = kp[s];
-          if (pk < 0 || pk > pq || (p.window > 0 && pq - pk >= p.window)) continue;
-          krows[n] = kb + s * lk;
-          vrows[n] = vb + s * lv;
-          n++;
-        }
-        float* o = out.data<float>() + t * out.stride(0) + kh * group * out.stride(1);
-        const int64_t ldo = out.stride(1);
+        const int64_t n = visible_rows(kp, S, qp[t], p.window, K0 + kh * k.stride(1), lk, V0 + kh * v.stride(1), lv,
+                                       krows.data(), vrows.data());
+        float* o = out.data<float>() + t * out.stride(0) + kh * group * ldo;
         if (n == 0) {
           for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
           continue;
         }
         kk.dot_rows(q.data<float>() + t * q.stride(0) + kh * group * q.stride(1), q.stride(1), group, krows.data(),
                     n, D, sc.data(), n);
-        for (int64_t g = 0; g < group; g++) {
-          float* r = sc.data() + g * n;
-          if (p.scale != 1.0f)
-            for (int64_t j = 0; j < n; j++) r[j] *= p.scale;
-          // The largest score. Only a zero's sign can depend on the order of the comparisons, and r - (+0) equals
-          // r - (-0) for every r (both ±0 give exp(±0) = 1).
-          const float mx = running_max8(r, n, ninf);
-          if (mx == ninf) {
-            std::fill(r, r + n, 0.0f);
-            sums[g] = 0.0;
-            continue;
-          }
-          double sum = 0;
-          for (int64_t j = 0; j < n; j++) {
-            r[j] = std::exp(r[j] - mx);
-            sum += r[j];
-          }
-          sums[g] = sum;
-        }
+        for (int64_t g = 0; g < group; g++) sums[g] = softmax_weights(sc.data() + g * n, n, p.scale);
         kk.axpy_rows(sc.data(), n, group, vrows.data(), n, Dv, o, ldo);
-        for (int64_t g = 0; g < group; g++) {
-          float* og = o + g * ldo;
-          if (sums[g] == 0.0) {
-            std::fill(og, og + Dv, 0.0f);
-            continue;
-          }
-          const float inv = static_cast<float>(1.0 / sums[g]);
-          for (int64_t j = 0; j < Dv; j++) og[j] *= inv;
-        }
+        normalize_heads(o, ldo, group, sums.data(), 0, Dv);
       }
     });
   }
@@ -828,7 +838,6 @@ class CpuBackend final : public Backend {
                                     const int32_t* kp, const AttentionParams& p, const Tensor& out, int64_t group) {
     const int64_t T = q.dim(0), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
     const auto& kk = kernels();
-    const float ninf = -std::numeric_limits<float>::infinity();
     const float* K0 = k.data<float>();
     const float* V0 = v.data<float>();
     const int64_t lk = k.stride(0), lv = v.stride(0), ldo = out.stride(1);
@@ -837,17 +846,8 @@ class CpuBackend final : public Backend {
     std::vector<double> sums(static_cast<size_t>(group));
     for (int64_t i = 0; i < T * Hkv; i++) {
       const int64_t t = i / Hkv, kh = i % Hkv;
-      const int32_t pq = qp[t];
-      int64_t n = 0;
-      const float* kb = K0 + kh * k.stride(1);
-      const float* vb = V0 + kh * v.stride(1);
-      for (int64_t s = 0; s < S; s++) {
-        const int32_t pk = kp[s];
-        if (pk < 0 || pk > pq || (p.window > 0 && pq - pk >= p.window)) continue;
-        krows[n] = kb + s * lk;
-        vrows[n] = vb + s * lv;
-        n++;
-      }
+      const int64_t n = visible_rows(kp, S, qp[t], p.window, K0 + kh * k.stride(1), lk, V0 + kh * v.stride(1), lv,
+                                     krows.data(), vrows.data());
       float* o = out.data<float>() + t * out.stride(0) + kh * group * ldo;
       if (n == 0) {
         for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
@@ -860,38 +860,14 @@ class CpuBackend final : public Backend {
         const int64_t j0 = b0 * 16, j1 = std::min(n, b1 * 16);
         kk.dot_rows(qh, q.stride(1), group, krows.data() + j0, j1 - j0, D, sc.data() + j0, n);
       });
-      parallel_for(group, big, [&](int64_t g) {
-        float* r = sc.data() + g * n;
-        if (p.scale != 1.0f)
-          for (int64_t j = 0; j < n; j++) r[j] *= p.scale;
-        const float mx = running_max8(r, n, ninf);
-        if (mx == ninf) {
-          std::fill(r, r + n, 0.0f);
-          sums[g] = 0.0;
-          return;
-        }
-        double sum = 0;
-        for (int64_t j = 0; j < n; j++) {
-          r[j] = std::exp(r[j] - mx);
-          sum += r[j];
-        }
-        sums[g] = sum;
-      });
+      parallel_for(group, big, [&](int64_t g) { sums[g] = softmax_weights(sc.data() + g * n, n, p.scale); });
       parallel_ranges((Dv + 15) / 16, big, [&](int64_t b0, int64_t b1) {
         const int64_t c0 = b0 * 16, c1 = std::min(Dv, b1 * 16);
-        thread_local std::vector<const float*> cols;
+        thread_local std::vector<const float*> cols;  // this thread's columns of the value rows
         cols.resize(static_cast<size_t>(n));
         for (int64_t j = 0; j < n; j++) cols[j] = vrows[j] + c0;
         kk.axpy_rows(sc.data(), n, group, cols.data(), n, c1 - c0, o + c0, ldo);
-        for (int64_t g = 0; g < group; g++) {
-          float* og = o + g * ldo;
-          if (sums[g] == 0.0) {
-            std::fill(og + c0, og + c1, 0.0f);
-            continue;
-          }
-          const float inv = static_cast<float>(1.0 / sums[g]);
-          for (int64_t j = c0; j < c1; j++) og[j] *= inv;
-        }
+        normalize_heads(o, ldo, group, sums.data(), c0, c1);
       });
     }
   }

@@ -103,19 +103,9 @@ void rope_neox_generic(float* v, int64_t ldv, int64_t rows, int64_t half, const 
 extern "C" __m256 _ZGVdN8v_tanhf(__m256);
 namespace vatic::cpu {
 namespace {
-void tanh_avx2(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, _ZGVdN8v_tanhf(_mm256_loadu_ps(x + i)));
-  if (i < n) {
-    alignas(32) float buf[8] = {};
-    std::memcpy(buf, x + i, static_cast<size_t>(n - i) * 4);
-    _mm256_store_ps(buf, _ZGVdN8v_tanhf(_mm256_load_ps(buf)));
-    std::memcpy(y + i, buf, static_cast<size_t>(n - i) * 4);
-  }
-}
-void softcap_avx2(const float* x, float* y, int64_t n, float cap) {
-  const __m256 c = _mm256_set1_ps(cap);
-  auto f = [&](__m256 v) { return _mm256_mul_ps(c, _ZGVdN8v_tanhf(_mm256_div_ps(v, c))); };
+// y[i] = f(x[i]) over eight floats at a time, the tail through a zero-padded buffer.
+template <typename F>
+inline void map8(const float* x, float* y, int64_t n, F f) {
   int64_t i = 0;
   for (; i + 8 <= n; i += 8) _mm256_storeu_ps(y + i, f(_mm256_loadu_ps(x + i)));
   if (i < n) {
@@ -124,6 +114,13 @@ void softcap_avx2(const float* x, float* y, int64_t n, float cap) {
     _mm256_store_ps(buf, f(_mm256_load_ps(buf)));
     std::memcpy(y + i, buf, static_cast<size_t>(n - i) * 4);
   }
+}
+void tanh_avx2(const float* x, float* y, int64_t n) {
+  map8(x, y, n, _ZGVdN8v_tanhf);
+}
+void softcap_avx2(const float* x, float* y, int64_t n, float cap) {
+  const __m256 c = _mm256_set1_ps(cap);
+  map8(x, y, n, [c](__m256 v) { return _mm256_mul_ps(c, _ZGVdN8v_tanhf(_mm256_div_ps(v, c))); });
 }
 // The scalar expression's order, one intrinsic per operation. GCC contracts a multiply feeding an add into an FMA
 // in C++ (-ffp-contract=fast is its default there), which the scalar code, built without FMA, never does: the
@@ -283,23 +280,22 @@ void rope_neox_avx2(float* v, int64_t ldv, int64_t rows, int64_t half, const flo
 extern "C" __m512 _ZGVeN16v_tanhf(__m512);
 namespace vatic::cpu {
 namespace {
-void tanh_avx512(const float* x, float* y, int64_t n) {
-  int64_t i = 0;
-  for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, _ZGVeN16v_tanhf(_mm512_loadu_ps(x + i)));
-  if (i < n) {
-    const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
-    _mm512_mask_storeu_ps(y + i, m, _ZGVeN16v_tanhf(_mm512_maskz_loadu_ps(m, x + i)));
-  }
-}
-void softcap_avx512(const float* x, float* y, int64_t n, float cap) {
-  const __m512 c = _mm512_set1_ps(cap);
-  auto f = [&](__m512 v) { return _mm512_mul_ps(c, _ZGVeN16v_tanhf(_mm512_div_ps(v, c))); };
+// y[i] = f(x[i]) over sixteen floats at a time, the tail masked.
+template <typename F>
+inline void map16(const float* x, float* y, int64_t n, F f) {
   int64_t i = 0;
   for (; i + 16 <= n; i += 16) _mm512_storeu_ps(y + i, f(_mm512_loadu_ps(x + i)));
   if (i < n) {
     const __mmask16 m = static_cast<__mmask16>((1u << (n - i)) - 1);
     _mm512_mask_storeu_ps(y + i, m, f(_mm512_maskz_loadu_ps(m, x + i)));
   }
+}
+void tanh_avx512(const float* x, float* y, int64_t n) {
+  map16(x, y, n, _ZGVeN16v_tanhf);
+}
+void softcap_avx512(const float* x, float* y, int64_t n, float cap) {
+  const __m512 c = _mm512_set1_ps(cap);
+  map16(x, y, n, [c](__m512 v) { return _mm512_mul_ps(c, _ZGVeN16v_tanhf(_mm512_div_ps(v, c))); });
 }
 inline __m512 gelu16(__m512 x) {
   const __m512 c = _mm512_set1_ps(kGeluC), k = _mm512_set1_ps(0.044715f);

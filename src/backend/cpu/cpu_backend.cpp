@@ -791,85 +791,72 @@ class CpuBackend final : public Backend {
     const int32_t* qp = q_pos.data<int32_t>();
     const int32_t* kp = k_pos.data<int32_t>();
     const int64_t group = Hq / Hkv;
-    const auto& kk = kernels();
     if (T >= kAttnQueryBlock && S > 0) return attention_blocked(q, k, v, qp, kp, p, out, group);
-    if (T * Hkv < cpu::pool().threads() && cpu::use_threads(group * S * (D + Dv) >= kMinSplitAttentionPair))
-      return attention_split_pairs(q, k, v, qp, kp, p, out, group);
     // Decode and short verification: per query and KV head, the visible keys are listed once, then the query heads
     // of the group score all of them in one pass over the keys (kernels().dot_rows) and sum the values weighted by
     // the softmax in one pass over the values (axpy_rows): each key and value row is read once for the group,
     // instead of one dot call and one axpy call per head and key. Same masking and softmax (f32 scores, sum of the
     // exponentials in double).
-    const float* K0 = k.data<float>();
-    const float* V0 = v.data<float>();
-    const int64_t lk = k.stride(0), lv = v.stride(0), ldo = out.stride(1);
+    if (T * Hkv < cpu::pool().threads() && cpu::use_threads(group * S * (D + Dv) >= kMinSplitAttentionPair)) {
+      // Fewer pairs than threads: one pair at a time, its work split across the threads.
+      PairScratch w;
+      for (int64_t i = 0; i < T * Hkv; i++) attend_pair(q, k, v, qp, kp, p, out, group, i / Hkv, i % Hkv, true, w);
+      return;
+    }
     // Pairs i = t·Hkv + kh, a range of them per thread. Each pair is computed alike whichever thread takes it.
     parallel_ranges(T * Hkv, T * Hq * S * D >= kMinParallelAttention, [&](int64_t i0, int64_t i1) {
-      thread_local std::vector<const float*> krows, vrows;
-      thread_local std::vector<float> sc;
-      thread_local std::vector<double> sums;
-      krows.resize(S);
-      vrows.resize(S);
-      sc.resize(static_cast<size_t>(group * S));
-      sums.resize(group);
-      for (int64_t i = i0; i < i1; i++) {
-        const int64_t t = i / Hkv, kh = i % Hkv;
-        const int64_t n = visible_rows(kp, S, qp[t], p.window, K0 + kh * k.stride(1), lk, V0 + kh * v.stride(1), lv,
-                                       krows.data(), vrows.data());
-        float* o = out.data<float>() + t * out.stride(0) + kh * group * ldo;
-        if (n == 0) {
-          for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
-          continue;
-        }
-        kk.dot_rows(q.data<float>() + t * q.stride(0) + kh * group * q.stride(1), q.stride(1), group, krows.data(),
-                    n, D, sc.data(), n);
-        for (int64_t g = 0; g < group; g++) sums[g] = softmax_weights(sc.data() + g * n, n, p.scale);
-        kk.axpy_rows(sc.data(), n, group, vrows.data(), n, Dv, o, ldo);
-        normalize_heads(o, ldo, group, sums.data(), 0, Dv);
-      }
+      thread_local PairScratch w;
+      for (int64_t i = i0; i < i1; i++) attend_pair(q, k, v, qp, kp, p, out, group, i / Hkv, i % Hkv, false, w);
     });
   }
 
-  // The path above with each pair's work split across the threads, for fewer pairs than threads: the scores by
-  // blocks of 16 keys (each key keeps its slot in dot_rows' blocks of 16 / H), the softmax by query head, the value
-  // sums and their scaling by blocks of 16 columns (each column's sum still runs over the keys in order, one FMA a
-  // key). Every value is computed as the one-thread path computes it: the same bits.
-  static void attention_split_pairs(const Tensor& q, const Tensor& k, const Tensor& v, const int32_t* qp,
-                                    const int32_t* kp, const AttentionParams& p, const Tensor& out, int64_t group) {
-    const int64_t T = q.dim(0), D = q.dim(2), S = k.dim(0), Hkv = k.dim(1), Dv = v.dim(2);
-    const auto& kk = kernels();
-    const float* K0 = k.data<float>();
-    const float* V0 = v.data<float>();
-    const int64_t lk = k.stride(0), lv = v.stride(0), ldo = out.stride(1);
-    std::vector<const float*> krows(static_cast<size_t>(S)), vrows(static_cast<size_t>(S));
+  struct PairScratch {
+    std::vector<const float*> krows, vrows;
     std::vector<float> sc;
-    std::vector<double> sums(static_cast<size_t>(group));
-    for (int64_t i = 0; i < T * Hkv; i++) {
-      const int64_t t = i / Hkv, kh = i % Hkv;
-      const int64_t n = visible_rows(kp, S, qp[t], p.window, K0 + kh * k.stride(1), lk, V0 + kh * v.stride(1), lv,
-                                     krows.data(), vrows.data());
-      float* o = out.data<float>() + t * out.stride(0) + kh * group * ldo;
-      if (n == 0) {
-        for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
-        continue;
-      }
-      const bool big = group * n * (D + Dv) >= kMinSplitAttentionPair;
-      sc.resize(static_cast<size_t>(group * n));
-      const float* qh = q.data<float>() + t * q.stride(0) + kh * group * q.stride(1);
-      parallel_ranges((n + 15) / 16, big, [&](int64_t b0, int64_t b1) {
-        const int64_t j0 = b0 * 16, j1 = std::min(n, b1 * 16);
-        kk.dot_rows(qh, q.stride(1), group, krows.data() + j0, j1 - j0, D, sc.data() + j0, n);
-      });
-      parallel_for(group, big, [&](int64_t g) { sums[g] = softmax_weights(sc.data() + g * n, n, p.scale); });
-      parallel_ranges((Dv + 15) / 16, big, [&](int64_t b0, int64_t b1) {
-        const int64_t c0 = b0 * 16, c1 = std::min(Dv, b1 * 16);
-        thread_local std::vector<const float*> cols;  // this thread's columns of the value rows
-        cols.resize(static_cast<size_t>(n));
-        for (int64_t j = 0; j < n; j++) cols[j] = vrows[j] + c0;
-        kk.axpy_rows(sc.data(), n, group, cols.data(), n, c1 - c0, o + c0, ldo);
-        normalize_heads(o, ldo, group, sums.data(), c0, c1);
-      });
+    std::vector<double> sums;
+  };
+  // One (query t, KV head kh) pair of the path above. With `split` (fewer pairs than threads) and from
+  // kMinSplitAttentionPair multiply-adds, its work goes across the threads: the scores by blocks of 16 keys (each key
+  // keeps its slot in dot_rows' blocks of 16 / H), the softmax by query head, the value sums and their scaling by
+  // blocks of 16 columns (each column's sum still runs over the keys in order, one FMA a key). Every value is
+  // computed as on one thread: the same bits.
+  static void attend_pair(const Tensor& q, const Tensor& k, const Tensor& v, const int32_t* qp, const int32_t* kp,
+                          const AttentionParams& p, const Tensor& out, int64_t group, int64_t t, int64_t kh,
+                          bool split, PairScratch& w) {
+    const int64_t D = q.dim(2), S = k.dim(0), Dv = v.dim(2), ldo = out.stride(1);
+    const auto& kk = kernels();
+    w.krows.resize(static_cast<size_t>(S));
+    w.vrows.resize(static_cast<size_t>(S));
+    const int64_t n = visible_rows(kp, S, qp[t], p.window, k.data<float>() + kh * k.stride(1), k.stride(0),
+                                   v.data<float>() + kh * v.stride(1), v.stride(0), w.krows.data(), w.vrows.data());
+    float* o = out.data<float>() + t * out.stride(0) + kh * group * ldo;
+    if (n == 0) {
+      for (int64_t g = 0; g < group; g++) std::fill(o + g * ldo, o + g * ldo + Dv, 0.0f);
+      return;
     }
+    const bool big = split && group * n * (D + Dv) >= kMinSplitAttentionPair;
+    w.sc.resize(static_cast<size_t>(group * n));
+    w.sums.resize(static_cast<size_t>(group));
+    float* sc = w.sc.data();
+    double* sums = w.sums.data();
+    const float* qh = q.data<float>() + t * q.stride(0) + kh * group * q.stride(1);
+    parallel_ranges((n + 15) / 16, big, [&](int64_t b0, int64_t b1) {
+      const int64_t j0 = b0 * 16, j1 = std::min(n, b1 * 16);
+      kk.dot_rows(qh, q.stride(1), group, w.krows.data() + j0, j1 - j0, D, sc + j0, n);
+    });
+    parallel_for(group, big, [&](int64_t g) { sums[g] = softmax_weights(sc + g * n, n, p.scale); });
+    parallel_ranges((Dv + 15) / 16, big, [&](int64_t b0, int64_t b1) {
+      const int64_t c0 = b0 * 16, c1 = std::min(Dv, b1 * 16);
+      const float* const* rows = w.vrows.data();
+      if (c0 > 0) {  // a later block of columns: its own view of the value rows
+        thread_local std::vector<const float*> cols;
+        cols.resize(static_cast<size_t>(n));
+        for (int64_t j = 0; j < n; j++) cols[j] = w.vrows[j] + c0;
+        rows = cols.data();
+      }
+      kk.axpy_rows(sc, n, group, rows, n, c1 - c0, o + c0, ldo);
+      normalize_heads(o, ldo, group, sums, c0, c1);
+    });
   }
 
   // Prefill: per KV head and block of queries, the scores of all the query heads that share the KV head are one

@@ -10,7 +10,7 @@ mkdir -p "$out/.bin" "$out/.lib"
 for b in "$@"; do
   rel=${b#*/}  # path under the build folder
   name=$(basename "$b")
-  strip --strip-debug -o "$out/.bin/$name" "$b"
+  strip --strip-all -o "$out/.bin/$name" "$b"
   mkdir -p "$out/$(dirname "$rel")"
   up=.
   [[ $(dirname "$rel") == . ]] || up=$(dirname "$rel" | sed 's|[^/][^/]*|..|g')

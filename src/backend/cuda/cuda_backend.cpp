@@ -267,7 +267,9 @@ class CudaBackend final : public Backend {
     // it off).
     cuda::set_gemv_early(!env_is("VATIC_GEMV_EARLY", "0"));
     cuda::set_cluster_attention(!env_is("VATIC_CLUSTER_ATTENTION", "0"), !env_is("VATIC_LEAN_ATTENTION", "0"));
-    cuda::set_group_attention(!env_is("VATIC_GROUP_ATTENTION", "0"), env_int("VATIC_GROUP_BLOCKS", 0, 1, 1 << 16));
+    cuda::set_group_attention(!env_is("VATIC_GROUP_ATTENTION", "0"), env_int("VATIC_GROUP_BLOCKS", 0, 1, 1 << 16),
+                              env_int("VATIC_GROUP_MIN_SLOTS", 0, 1, 1 << 30),
+                              env_int("VATIC_GROUP_MIN_KEYS", 0, 1, 256));
     cuda::set_prefill_attention(!env_is("VATIC_TILE_PAIRS", "0"), prop.multiProcessorCount,
                                 prop.major >= 8 && !env_is("VATIC_TILE_MMA", "0"), !env_is("VATIC_TILE_SPLIT", "0"));
     // bf16 prefill GEMMs on tensor cores (compute capability 8.0 and later; VATIC_TENSOR_CORES=0: SGEMM), and the

@@ -216,6 +216,9 @@ bool g_tile_split = true;         // VATIC_TILE_SPLIT=0: a short prompt's long t
 bool g_tile_mma = false;          // a prompt's attention on tensor cores (compute capability 8.0 and later)
 int g_sms = 132;                  // the device's multiprocessors
 int g_group_blocks = 1024;        // attention_group_kernel doubles its split while it would have more blocks a query
+constexpr int64_t kGroupMinSlots = 2048;  // by default, caches of fewer slots keep the per-head kernels
+int64_t g_group_min_slots = kGroupMinSlots;  // VATIC_GROUP_MIN_SLOTS: lower, for measuring
+int g_group_min_keys = 32;                    // VATIC_GROUP_MIN_KEYS: a split's fewest slots (for measuring)
 // Quantized GEMV launches of at least this many weights (gate and up together) read the input's digits: int4
 // from 2^21 (E2B's projections: decode as fast, verification of four drafts 2.3 steps instead of 3.2), int8 from
 // 2^25 (below it the digits' launch costs decode more than the GEMV saves). docs/performance.md has the runs.
@@ -2042,7 +2045,6 @@ __global__ void __launch_bounds__(32 * W, 32 / W) attention_decode_lean_kernel(A
 // split depends on the key heads and slots only, so a query verified among others gets the bits it gets alone.
 constexpr int kGroupWarps = 8;
 constexpr int kGroupMaxSplitKeys = 32 * kGroupWarps;  // a split's positions: one per thread
-constexpr int64_t kGroupMinSlots = 2048;              // shorter caches keep the per-head kernels
 
 template <int H>
 __device__ __forceinline__ void halve_sums(float (&v)[32], int lane) {
@@ -3351,9 +3353,11 @@ void set_prefill_attention(bool pairs, int multiprocessors, bool tensor_cores, b
   g_tile_mma = tensor_cores;
   if (multiprocessors > 0) g_sms = multiprocessors;
 }
-void set_group_attention(bool on, int blocks) {
+void set_group_attention(bool on, int blocks, int min_slots, int min_keys) {
   g_group_attention = on;
   if (blocks > 0) g_group_blocks = blocks;
+  if (min_slots > 0) g_group_min_slots = min_slots;
+  if (min_keys > 0) g_group_min_keys = min_keys;
 }
 bool set_kernel_trace(unsigned long long* records, unsigned capacity) {
   unsigned zero = 0;
@@ -3778,20 +3782,21 @@ int attention_decode_width(const AttentionArgs& a) {
 
 // The slots a split of attention_group_kernel takes, or 0 when it does not apply: groups of 2, 4 or 8 query heads per
 // key head, key and value rows of 256 or 512 dims (float2-aligned for 512; groups of 2 only at 256), a cache of
-// kGroupMinSlots slots or more that the cluster kernel does not take. Splits of 32 slots, doubled (up to 256) while the
-// launch would have more than 1,024 blocks a query (VATIC_GROUP_BLOCKS; half of a full cache's slots are empty after it
-// doubles, and fewer, longer splits left SMs idle: E2B at 32k tokens 200 against 259 tok/s). Like the other splits,
-// this depends on the heads and slots only.
+// g_group_min_slots slots or more that the cluster kernel does not take (a threshold set below the default takes
+// them ahead of the cluster kernel). Splits of 32 slots, doubled (up to 256) while the launch would have more than
+// 1,024 blocks a query (VATIC_GROUP_BLOCKS; half of a full cache's slots are empty after it doubles, and fewer,
+// longer splits left SMs idle: E2B at 32k tokens 200 against 259 tok/s). Like the other splits, this depends on the
+// heads and slots only.
 int attention_group_split_keys(const AttentionArgs& a) {
-  if (!g_group_attention || a.S < kGroupMinSlots || a.Hkv <= 0 || a.Hq % a.Hkv) return 0;
+  if (!g_group_attention || a.S < g_group_min_slots || a.Hkv <= 0 || a.Hq % a.Hkv) return 0;
   const int64_t G = a.Hq / a.Hkv;
   if ((G != 2 && G != 4 && G != 8) || a.D != a.Dv || (a.D != 256 && a.D != 512)) return 0;
   if (G == 2 && a.D == 512) return 0;  // 16 keys a tile of 512-dim rows would not fit in registers
   if (a.D == 512 && (reinterpret_cast<uintptr_t>(a.k) % 8 || reinterpret_cast<uintptr_t>(a.v) % 8 || a.skS % 2 ||
                      a.skH % 2 || a.svS % 2 || a.svH % 2))
     return 0;
-  if (attention_cluster_splits(a)) return 0;
-  int64_t keys = 32;
+  if (g_group_min_slots >= kGroupMinSlots && attention_cluster_splits(a)) return 0;
+  int64_t keys = std::max<int64_t>(g_group_min_keys, 32 / G);  // at least one tile of keys
   while (keys < kGroupMaxSplitKeys && a.Hkv * ((a.S + keys - 1) / keys) > g_group_blocks) keys *= 2;
   return (a.S + keys - 1) / keys <= 65535 ? static_cast<int>(keys) : 0;
 }
@@ -3826,9 +3831,9 @@ size_t attention_scratch_floats(const AttentionArgs& a) {
     const int64_t tiles = (a.T + kTileQ - 1) / kTileQ, from = flash_split_from(a);
     return static_cast<size_t>(a.Hq * (tiles - from) * 2 * flash_part_floats(a.Dv));
   }
-  if (attention_cluster_splits(a)) return 0;
   if (const int keys = attention_group_split_keys(a))
     return static_cast<size_t>(a.T * a.Hq * ((a.S + keys - 1) / keys) * (a.Dv + 2));
+  if (attention_cluster_splits(a)) return 0;
   const int splits = attention_splits(a);
   return splits > 1 ? static_cast<size_t>(a.T * a.Hq * splits * (a.Dv + 2)) : 0;
 }
@@ -3872,16 +3877,6 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
     launch(attention_tile_kernel, grid, kTileThreads, attention_tile_smem(a), s, a, attention_tile_keys(a), paired);
     return;
   }
-  if (const int cs = attention_cluster_splits(a)) {
-    const int n = attention_decode_width(a);
-    const dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(cs));
-    const dim3 cluster(1, static_cast<unsigned>(cs), 1);
-    if (attention_cluster_warps(a) == 16)
-      launch_in(attention_decode_of<16, true>(n, a.T), grid, 32 * 16, 0, cluster, s, a, scratch, counters);
-    else
-      launch_in(attention_decode_of<8, true>(n, a.T), grid, 32 * 8, 0, cluster, s, a, scratch, counters);
-    return;
-  }
   if (const int keys = attention_group_split_keys(a)) {
     const int splits = static_cast<int>((a.S + keys - 1) / keys);
     const dim3 grid(static_cast<unsigned>(a.T * a.Hkv), static_cast<unsigned>(splits));
@@ -3892,6 +3887,16 @@ void attention(const AttentionArgs& a, float* scratch, unsigned* counters, cudaS
     launch(kernel, grid, 32 * kGroupWarps, 0, s, a, scratch, keys);
     const dim3 merge(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>((a.Dv + 31) / 32));
     launch(attention_group_merge_kernel, merge, 256, 0, s, a, static_cast<const float*>(scratch), splits);
+    return;
+  }
+  if (const int cs = attention_cluster_splits(a)) {
+    const int n = attention_decode_width(a);
+    const dim3 grid(static_cast<unsigned>(a.T * a.Hq), static_cast<unsigned>(cs));
+    const dim3 cluster(1, static_cast<unsigned>(cs), 1);
+    if (attention_cluster_warps(a) == 16)
+      launch_in(attention_decode_of<16, true>(n, a.T), grid, 32 * 16, 0, cluster, s, a, scratch, counters);
+    else
+      launch_in(attention_decode_of<8, true>(n, a.T), grid, 32 * 8, 0, cluster, s, a, scratch, counters);
     return;
   }
   const int splits = attention_splits(a);

@@ -56,7 +56,7 @@ void set_gemv_early(bool on);
 // attention in the register-lean form of the decode kernel (on by default; the same bits either way).
 void set_cluster_attention(bool on, bool lean = true);
 // Decode attention over long caches by groups of the query heads that share a key head (on by default).
-void set_group_attention(bool on, int blocks = 0);
+void set_group_attention(bool on, int blocks = 0, int min_slots = 0, int min_keys = 0);
 // A prompt's attention takes its query tiles in pairs (first with last) once they number four times the
 // multiprocessors (on by default; the same bits either way), and computes its two products on the tensor cores in
 // three tf32 parts each (`tensor_cores`; otherwise f32 multiply-adds on the CUDA cores). On the tensor cores, a

@@ -376,23 +376,19 @@ TEST_F(Api, ClientDisconnectStopsGeneration) {
   EXPECT_FALSE(r);  // cancelled by us
   // The runner notices within a step and records the cancellation.
   json last;
-  for (int i = 0; i < 100; i++) {
-    json p = ps();
-    for (const auto& m : p["models"])
-      if (m["name"] == "plain:latest" && m["runner"].contains("last")) last = m["runner"]["last"];
-    if (last.value("cancelled", false)) break;
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
+  eventually(
+      [&] {
+        for (const json p = ps(); const auto& m : p["models"])
+          if (m["name"] == "plain:latest" && m["runner"].contains("last")) last = m["runner"]["last"];
+        return last.value("cancelled", false);
+      },
+      100);
   ASSERT_TRUE(last.value("cancelled", false)) << last << "\n" << server_->log();
   EXPECT_LT(last["generated"].get<int64_t>(), num_predict / 2) << last;
   // The runner records the cancellation, then logs it; the line reaches the server's log through the runner's
   // stderr, so it may come a little after the record is visible.
-  bool logged = false;
-  for (int i = 0; i < 100 && !logged; i++) {
-    logged = server_->log().find("request cancelled") != std::string::npos;
-    if (!logged) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(logged) << server_->log();
+  EXPECT_TRUE(eventually([&] { return server_->log().find("request cancelled") != std::string::npos; }, 100))
+      << server_->log();
 }
 
 TEST_F(Api, LoadUnloadAndKeepAliveZero) {
@@ -419,13 +415,13 @@ TEST_F(Api, LoadUnloadAndKeepAliveZero) {
                 {{"model", "dense"}, {"prompt", "hi"}, {"keep_alive", 0}, {"stream", false}, {"options", {{"num_predict", 2}}}});
   ASSERT_TRUE(g);
   EXPECT_EQ(g->status, 200);
-  bool gone = false;
-  for (int i = 0; i < 50 && !gone; i++) {
-    gone = true;
-    for (const json p_ = ps(); const auto& m : p_["models"]) gone &= m["name"] != "dense:latest";
-    if (!gone) std::this_thread::sleep_for(std::chrono::milliseconds(50));
-  }
-  EXPECT_TRUE(gone);
+  EXPECT_TRUE(eventually(
+      [&] {
+        bool gone = true;
+        for (const json p_ = ps(); const auto& m : p_["models"]) gone &= m["name"] != "dense:latest";
+        return gone;
+      },
+      50));
 }
 
 TEST_F(Api, KilledRunnerIsReportedAndReplaced) {
@@ -597,12 +593,8 @@ TEST(ApiLimits, DefaultKeepAliveFromEnvironment) {
   auto r = c.Post("/api/generate", json{{"model", "tiny"}, {"stream", false}}.dump(), "application/json");
   ASSERT_EQ(r->status, 200);
   EXPECT_EQ(json::parse(c.Get("/api/ps")->body)["models"].size(), 1u);
-  bool gone = false;
-  for (int i = 0; i < 60 && !gone; i++) {
-    std::this_thread::sleep_for(std::chrono::milliseconds(100));
-    gone = json::parse(c.Get("/api/ps")->body)["models"].empty();
-  }
-  EXPECT_TRUE(gone);
+  EXPECT_TRUE(eventually([&] { return json::parse(c.Get("/api/ps")->body)["models"].empty(); }, 61,
+                         std::chrono::milliseconds(100)));
 }
 
 }  // namespace

@@ -46,6 +46,17 @@ inline int free_port() {
   return port;
 }
 
+// Whether `done()` becomes true within `tries` checks `every` apart (the first check at once): for state that a
+// server or runner reaches a little after the request that causes it.
+template <class Done>
+bool eventually(Done done, int tries, std::chrono::milliseconds every = std::chrono::milliseconds(50)) {
+  for (int i = 0; i < tries; i++) {
+    if (done()) return true;
+    if (i + 1 < tries) std::this_thread::sleep_for(every);
+  }
+  return false;
+}
+
 inline fs::path fixture_model(const std::string& name) { return fs::path(VATIC_FIXTURES_DIR) / "models" / name; }
 
 // A temporary store with the fixture models created once per process.

@@ -66,6 +66,30 @@ void for_each_isa(F&& body) {
   cpu::set_isa(before);
 }
 
+// The same, once per count of streams a decode step reads a large matrix as (cpu::decode_streams).
+template <typename F>
+void for_each_isa_and_streams(F&& body) {
+  const int before = cpu::decode_streams();
+  for (int streams : {2, 4}) {
+    SCOPED_TRACE("decode streams " + std::to_string(streams));
+    ASSERT_TRUE(cpu::set_decode_streams(streams));
+    ASSERT_EQ(cpu::decode_streams(), streams);
+    for_each_isa(body);
+  }
+  cpu::set_decode_streams(before);
+}
+
+TEST(CpuIsa, DecodeStreamsAreTwoOrFour) {
+  const int before = cpu::decode_streams();
+  EXPECT_TRUE(before == 2 || before == 4);
+  EXPECT_FALSE(cpu::set_decode_streams(3));
+  EXPECT_FALSE(cpu::set_decode_streams(0));
+  EXPECT_EQ(cpu::decode_streams(), before);
+  EXPECT_TRUE(cpu::set_decode_streams(before == 4 ? 2 : 4));
+  EXPECT_NE(cpu::decode_streams(), before);
+  cpu::set_decode_streams(before);
+}
+
 TEST(CpuIsa, ListsGenericAndSwitches) {
   auto isas = cpu::available_isas();
   ASSERT_FALSE(isas.empty());
@@ -218,15 +242,15 @@ TEST(Matmul, DecodeRowsEqualVerifyRowsBitForBit) {
                          // two tokens: rows two at a time with one reduction for four sums, an odd row left over,
                          // K % 64 == 32, and K % 32 != 0 (the one-row tiles)
                          Case{37, 256, 2}, Case{301, 96, 2}, Case{33, 100, 2}, Case{1030, 512, 2},
-                         // a megabyte of bf16, which a decode step reads as several streams (kDecodeStreams) at one
-                         // and at two threads, with rows left over
+                         // a megabyte of bf16, which a decode step reads as two or four streams (decode_streams) at
+                         // one and at two threads, with rows left over
                          Case{1030, 512, 5}}) {
       SCOPED_TRACE(std::string(dtype_name(wt)) + " N=" + std::to_string(c.N) + " K=" + std::to_string(c.K) +
                    " T=" + std::to_string(c.T));
       Linear w;
       w.weight = random_tensor({c.N, c.K}, wt, 0.5f);
       Tensor x = random_tensor({c.T, c.K});
-      for_each_isa([&] {
+      for_each_isa_and_streams([&] {
         Tensor all = Tensor::empty({c.T, c.N}, DType::F32);
         be.matmul(x, w, all, false);
         for (int64_t t = 0; t < c.T; t++) {
@@ -417,7 +441,7 @@ TEST(QuantMatmul, DecodeRowsEqualVerifyRowsBitForBit) {
                        Case{4, 32, 9, 96, 7}, Case{8, 64, 13, 128, 31}, Case{4, 32, 13, 128, 17},
                        // group counts that leave a partial vector of scales (AVX2: 8 per vector, AVX-512: 16)
                        Case{4, 32, 11, 448, 5}, Case{8, 64, 19, 576, 4}, Case{4, 64, 7, 1216, 6},
-                       // a megabyte of codes, read as several streams by a decode step (kDecodeStreams), rows left over
+                       // a megabyte of codes, read as two or four streams by a decode step, rows left over
                        Case{8, 64, 2061, 512, 3}, Case{4, 64, 4107, 512, 2},
                        // streams whose rows end on a single block of a 16-group step, and two blocks to a group
                        Case{8, 64, 803, 1472, 2}, Case{4, 64, 2303, 960, 3}, Case{4, 128, 1901, 1152, 2}}) {
@@ -425,7 +449,7 @@ TEST(QuantMatmul, DecodeRowsEqualVerifyRowsBitForBit) {
                  " K=" + std::to_string(c.K) + " T=" + std::to_string(c.T));
     QuantCase qc = random_quantized(c.N, c.K, c.bits, c.group, /*extra_rows=*/1);
     Tensor x = random_tensor({c.T, c.K});
-    for_each_isa([&] {
+    for_each_isa_and_streams([&] {
       Tensor all = Tensor::empty({c.T, c.N}, DType::F32);
       be.matmul(x, qc.lin, all, false);
       for (int64_t t = 0; t < c.T; t++) {

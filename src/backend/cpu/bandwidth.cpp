@@ -72,7 +72,8 @@ MemoryBandwidth measure_bandwidth(size_t bytes, int reps) {
   const Kernels& k = kernels();
   MemoryBandwidth bw;
   bw.bytes = bytes;
-  bw.machine = fmt::format("{}, {} kernels, {} threads", cpu_model(), k.isa, pool().threads());
+  bw.machine = fmt::format("{}, {} kernels, {} decode streams, {} threads", cpu_model(), k.isa, decode_streams(),
+                           pool().threads());
   volatile float sink = 0;
   // The array as [n / 2048, 2048] rows, times one vector, through the f32 matvec kernel.
   const int64_t rows = n / 2048;

@@ -527,25 +527,32 @@ void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
   if constexpr (std::is_same_v<WT, uint16_t>)
     if (a.T == 1 && a.K % (2 * V::W) == 0) {
       // A thread's rows as S equal parts, one row of each read side by side: several sequential streams far apart
-      // keep more of DRAM's latency covered than one does (a read sweep on a Zen 5 core: 20 GB/s as one stream,
-      // 31 as two, 35-39 as four). Each row's sums are the same whichever rows it is read beside. (A part below
-      // kDecodeStreamsMinBytes, likely in a cache already, keeps one stream: on the cache-resident demo model four
-      // streams were 5-14 % slower over parts of 384 KB, and 5-10 % faster from 768 KB on.)
+      // keep more of DRAM's latency covered than one does (S = decode_streams(), simd.h: four on a Zen 5 core,
+      // whose read sweep gave 20 GB/s as one stream, 31 as two, 35-39 as four; two on Zen 4 and on AVX2). Each row's
+      // sums are the same whichever rows it is read beside. (A part below kDecodeStreamsMinBytes, likely in a cache
+      // already, keeps one stream: on the cache-resident demo model four streams were 5-14 % slower over parts of
+      // 384 KB, and 5-10 % faster from 768 KB on.)
       if constexpr (V::W >= 8) {
-        constexpr int S = V::W >= 16 ? kDecodeStreams : 2, G = 4 / S;  // streams; rows of each per call
-        static_assert(S * G == 4, "decode_rows4_apart takes four rows");
-        const int64_t per = (n1 - n0) * a.K * 2 >= kDecodeStreamsMinBytes ? (n1 - n0) / S / G * G : 0;
-        for (int64_t i = 0; i < per; i += G) {
-          const uint16_t* w[4];
-          float* y[4];
-          for (int j = 0; j < 4; j++) {
-            const int64_t r = n0 + (j % S) * per + i + j / S;  // streams side by side, then the next row of each
-            w[j] = W + r * a.ldw;
-            y[j] = a.y + r;
+        auto streams = [&](auto count) {
+          constexpr int S = decltype(count)::value, G = 4 / S;  // streams; rows of each per call
+          static_assert(S * G == 4, "decode_rows4_apart takes four rows");
+          const int64_t per = (n1 - n0) * a.K * 2 >= kDecodeStreamsMinBytes ? (n1 - n0) / S / G * G : 0;
+          for (int64_t i = 0; i < per; i += G) {
+            const uint16_t* w[4];
+            float* y[4];
+            for (int j = 0; j < 4; j++) {
+              const int64_t r = n0 + (j % S) * per + i + j / S;  // streams side by side, then the next row of each
+              w[j] = W + r * a.ldw;
+              y[j] = a.y + r;
+            }
+            decode_rows4_apart<S>(x, w, a.K, y, a.accumulate);
           }
-          decode_rows4_apart<S>(x, w, a.K, y, a.accumulate);
-        }
-        n += S * per;
+          n += S * per;
+        };
+        if (V::W >= 16 && decode_streams() == 4)
+          streams(std::integral_constant<int, V::W >= 16 ? 4 : 2>{});
+        else
+          streams(std::integral_constant<int, 2>{});
       }
       for (; n + 4 <= n1; n += 4) decode_rows4(x, W + n * a.ldw, a.ldw, a.K, a.y + n, a.accumulate);
     }

@@ -199,16 +199,23 @@ void digits_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const uin
 
 }  // namespace
 
-// Decode (one token): a thread's rows as kDecodeStreams streams far apart when they are large (as the factored
+// Decode (one token): a thread's rows as decode_streams() streams far apart when they are large (as the factored
 // kernel); the rest, and every row of two or more tokens, in quant_tiles' tiles (qgemm_factored.h).
 void qgemm_digits_avx512(const QGemmArgs& a, int64_t n0, int64_t n1) {
   int64_t n = n0;
   if (a.T == 1) {
-    const int64_t per = (n1 - n0) * a.ldq >= kDecodeStreamsMinBytes ? (n1 - n0) / kDecodeStreams : 0;
-    for (int64_t i = 0; i < per; i++)
-      digits_tile<kDecodeStreams, 1>(a, a.x, a.q + (n + i) * a.ldq, a.scales + (n + i) * a.lds,
-                                     a.biases + (n + i) * a.lds, a.y + n + i, a.accumulate, per);
-    n += kDecodeStreams * per;
+    auto streams = [&](auto count) {
+      constexpr int S = decltype(count)::value;
+      const int64_t per = (n1 - n0) * a.ldq >= kDecodeStreamsMinBytes ? (n1 - n0) / S : 0;
+      for (int64_t i = 0; i < per; i++)
+        digits_tile<S, 1>(a, a.x, a.q + (n + i) * a.ldq, a.scales + (n + i) * a.lds, a.biases + (n + i) * a.lds,
+                          a.y + n + i, a.accumulate, per);
+      n += S * per;
+    };
+    if (decode_streams() == 4)
+      streams(std::integral_constant<int, 4>{});
+    else
+      streams(std::integral_constant<int, 2>{});
   }
   quant_tiles(a.T, n, n1, [&](auto nr, auto tr, int64_t m, int64_t t) {
     digits_tile<decltype(nr)::value, decltype(tr)::value>(a, a.x + t * a.ldx, a.q + m * a.ldq, a.scales + m * a.lds,

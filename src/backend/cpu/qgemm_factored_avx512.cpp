@@ -178,7 +178,7 @@ void factored_tile(const QGemmArgs& A, const float* x, const uint8_t* q, const u
 template <int S, int BITS>
 void factored_streams(const QGemmArgs& A, const float* x, const uint8_t* q, const uint16_t* s, const uint16_t* b,
                       float* y, bool acc, int64_t span) {
-  static_assert(S == 4, "the tile's sums are stored four at a time");
+  static_assert(S == 2 || S == 4, "the tile's sums are reduced four at a time");
   const int64_t K = A.K, ldq = A.ldq, lds = A.lds, group = A.group, G = K / group;
   const __m512i m0 = code_mask<BITS>(0), m1 = code_mask<BITS>(1), m2 = code_mask<BITS>(2), m3 = code_mask<BITS>(3);
   __m512 a[S];
@@ -246,7 +246,7 @@ void factored_streams(const QGemmArgs& A, const float* x, const uint8_t* q, cons
     if (k < k1) step(std::integral_constant<int, 1>{});
   }
   alignas(16) float v[4];
-  _mm_store_ps(v, reduce4(a[0], a[1], a[2], a[3]));
+  _mm_store_ps(v, reduce4(a[0], a[1], a[S - 2], a[S - 1]));  // (S = 2: rows 0 and 1 twice)
   for (int r = 0; r < S; r++) {
     float& o = y[r * span];
     o = acc ? o + v[r] : v[r];
@@ -261,12 +261,20 @@ template <int BITS, bool SPLIT>
 void factored_rows(const QGemmArgs& a, int64_t n0, int64_t n1) {
   int64_t n = n0;
   if (!SPLIT && a.T == 1) {  // (group sizes that split a block keep 4 rows: group 32 was 3 % slower with 8)
-    // The rows as four streams far apart, one row of each per tile (as the bf16 decode rows, gemm_impl.h).
-    const int64_t per = (n1 - n0) * a.ldq >= kDecodeStreamsMinBytes ? (n1 - n0) / kDecodeStreams : 0;
-    for (int64_t i = 0; i < per; i++)
-      factored_streams<kDecodeStreams, BITS>(a, a.x, a.q + (n + i) * a.ldq, a.scales + (n + i) * a.lds,
-                                             a.biases + (n + i) * a.lds, a.y + n + i, a.accumulate, per);
-    n += kDecodeStreams * per;
+    // The rows as decode_streams() streams far apart, one row of each per tile (as the bf16 decode rows,
+    // gemm_impl.h).
+    auto streams = [&](auto count) {
+      constexpr int S = decltype(count)::value;
+      const int64_t per = (n1 - n0) * a.ldq >= kDecodeStreamsMinBytes ? (n1 - n0) / S : 0;
+      for (int64_t i = 0; i < per; i++)
+        factored_streams<S, BITS>(a, a.x, a.q + (n + i) * a.ldq, a.scales + (n + i) * a.lds,
+                                  a.biases + (n + i) * a.lds, a.y + n + i, a.accumulate, per);
+      n += S * per;
+    };
+    if (decode_streams() == 4)
+      streams(std::integral_constant<int, 4>{});
+    else
+      streams(std::integral_constant<int, 2>{});
     for (; n + 8 <= n1; n += 8)
       factored_tile<8, 1, BITS, SPLIT>(a, a.x, a.q + n * a.ldq, a.scales + n * a.lds, a.biases + n * a.lds, a.y + n,
                                        a.accumulate);

@@ -7,6 +7,7 @@
 // GCC 12 reports false "uninitialized" warnings inside its own AVX-512 reduction intrinsics.
 #pragma GCC diagnostic ignored "-Wuninitialized"
 #pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
+#include <cpuid.h>
 #include <immintrin.h>
 
 #include <algorithm>
@@ -550,6 +551,46 @@ std::vector<std::string> available_isas() {
 bool set_isa(const std::string& name) {
   if (!supported(name)) return false;
   current().store(table(name), std::memory_order_release);
+  return true;
+}
+
+namespace {
+
+// AMD family 0x19 (Zen 3 and Zen 4; only Zen 4 has the AVX-512 paths that read several streams).
+bool cpu_is_amd_family_19h() {
+#if defined(__x86_64__)
+  unsigned a = 0, b = 0, c = 0, d = 0;
+  if (!__get_cpuid(0, &a, &b, &c, &d)) return false;
+  const bool amd = b == 0x68747541u && d == 0x69746e65u && c == 0x444d4163u;  // "AuthenticAMD"
+  if (!amd || !__get_cpuid(1, &a, &b, &c, &d)) return false;
+  const unsigned family = ((a >> 8) & 0xF) + (((a >> 8) & 0xF) == 0xF ? (a >> 20) & 0xFF : 0);
+  return family == 0x19;
+#else
+  return false;
+#endif
+}
+
+std::atomic<int>& decode_stream_count() {
+  static std::atomic<int> n{[] {
+    int best = cpu_is_amd_family_19h() ? 2 : 4;
+    if (const char* env = std::getenv("VATIC_CPU_DECODE_STREAMS"); env && *env) {
+      if (std::string(env) == "2" || std::string(env) == "4")
+        best = env[0] - '0';
+      else
+        std::fprintf(stderr, "VATIC_CPU_DECODE_STREAMS=%s is not 2 or 4; using %d\n", env, best);
+    }
+    return best;
+  }()};
+  return n;
+}
+
+}  // namespace
+
+int decode_streams() { return decode_stream_count().load(std::memory_order_relaxed); }
+
+bool set_decode_streams(int n) {
+  if (n != 2 && n != 4) return false;
+  decode_stream_count().store(n, std::memory_order_relaxed);
   return true;
 }
 

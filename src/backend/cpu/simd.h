@@ -123,10 +123,11 @@ bool set_isa(const std::string& name);
 constexpr int64_t kPanelMinT = 32;
 // Decode (one token) on AVX-512 reads a thread's rows of a matrix as decode_streams() sequential streams far apart
 // (gemm_impl.h, qgemm_factored_avx512.cpp, qgemm_digits_avx512.cpp; bf16 rows on AVX2 as two) when they hold at
-// least kDecodeStreamsMinBytes of weights. Which rows are read side by side changes no row's sum. Four on Intel Xeon
-// and AMD Zen 5 cores (a Zen 5 read sweep: 20 GB/s as one stream, 31 as two, 35-39 as four); two on AMD Zen 4 (CPU
-// family 0x19 with AVX-512), where four streams a thread read 10 GB/s against one stream's 26 and decode of the
-// E2B-width model was 8-20 % faster with two at one thread and up to 1.65x at two (docs/performance.md).
+// least kDecodeStreamsMinBytes of weights. Which rows are read side by side changes no row's sum. Four by default
+// (chosen on an AMD Zen 5 core, whose read sweep gave 20 GB/s as one stream, 31 as two, 35-39 as four, and kept on
+// an Intel Xeon); two on AMD Zen 4 (CPU family 0x19 with AVX-512), where four streams a thread read 10 GB/s against
+// one stream's 26 and decode of the E2B-width model was 8-20 % faster with two at one thread and up to 1.65x at two
+// (docs/performance.md).
 // VATIC_CPU_DECODE_STREAMS=2 or 4 overrides the choice.
 int decode_streams();
 bool set_decode_streams(int n);  // 2 or 4 (tests, benchmarks); false, changing nothing, for any other count

@@ -35,7 +35,8 @@ std::string cpu_model() {
 
 // Reads [p, p + n) as four sequential streams, one over each quarter, a cache line of each in turn with a
 // prefetch 2 KB ahead: several streams far apart keep more of DRAM's latency covered than one (a Zen 5 core reads
-// about 20 GB/s as one stream and 35-39 GB/s as four), which is how decode reads a large matrix (gemm_impl.h).
+// about 20 GB/s as one stream and 35-39 GB/s as four), which is how decode reads a large matrix where
+// decode_streams() is four (gemm_impl.h; a Zen 4 core read 10 GB/s this way, and decode there reads two).
 // n: 64-bit words, read as such (memcpy: the array holds floats).
 uint64_t read_streams(const char* p, int64_t n) {
   constexpr int S = 4, L = 8;  // streams; 64-bit words per cache line

@@ -549,10 +549,7 @@ void gemm_dense(const cpu::GemmArgs& a, int64_t n0, int64_t n1) {
           }
           n += S * per;
         };
-        if (V::W >= 16 && decode_streams() == 4)
-          streams(std::integral_constant<int, V::W >= 16 ? 4 : 2>{});
-        else
-          streams(std::integral_constant<int, 2>{});
+        with_decode_streams<V::W >= 16 ? 4 : 2>(streams);
       }
       for (; n + 4 <= n1; n += 4) decode_rows4(x, W + n * a.ldw, a.ldw, a.K, a.y + n, a.accumulate);
     }

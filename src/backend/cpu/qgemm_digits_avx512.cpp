@@ -212,10 +212,7 @@ void qgemm_digits_avx512(const QGemmArgs& a, int64_t n0, int64_t n1) {
                           a.y + n + i, a.accumulate, per);
       n += S * per;
     };
-    if (decode_streams() == 4)
-      streams(std::integral_constant<int, 4>{});
-    else
-      streams(std::integral_constant<int, 2>{});
+    with_decode_streams(streams);
   }
   quant_tiles(a.T, n, n1, [&](auto nr, auto tr, int64_t m, int64_t t) {
     digits_tile<decltype(nr)::value, decltype(tr)::value>(a, a.x + t * a.ldx, a.q + m * a.ldq, a.scales + m * a.lds,

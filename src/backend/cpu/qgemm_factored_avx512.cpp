@@ -271,10 +271,7 @@ void factored_rows(const QGemmArgs& a, int64_t n0, int64_t n1) {
                                   a.biases + (n + i) * a.lds, a.y + n + i, a.accumulate, per);
       n += S * per;
     };
-    if (decode_streams() == 4)
-      streams(std::integral_constant<int, 4>{});
-    else
-      streams(std::integral_constant<int, 2>{});
+    with_decode_streams(streams);
     for (; n + 8 <= n1; n += 8)
       factored_tile<8, 1, BITS, SPLIT>(a, a.x, a.q + n * a.ldq, a.scales + n * a.lds, a.biases + n * a.lds, a.y + n,
                                        a.accumulate);

@@ -5,6 +5,7 @@
 // variable VATIC_CPU_ISA (generic | avx2 | avx512 | avx512vnni | amx) when the CPU supports it. Tests switch it with set_isa().
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <vector>
 
 namespace vatic::cpu {
@@ -131,6 +132,14 @@ constexpr int64_t kPanelMinT = 32;
 // VATIC_CPU_DECODE_STREAMS=2 or 4 overrides the choice.
 int decode_streams();
 bool set_decode_streams(int n);  // 2 or 4 (tests, benchmarks); false, changing nothing, for any other count
+// Calls f(std::integral_constant<int, S>{}) with S = decode_streams(), or with 2 where the kernel takes no more
+// (Max = 2: AVX2's sixteen registers).
+template <int Max = 4, class F>
+inline void with_decode_streams(F&& f) {
+  if constexpr (Max >= 4)
+    if (decode_streams() == 4) return f(std::integral_constant<int, 4>{});
+  f(std::integral_constant<int, 2>{});
+}
 constexpr int64_t kDecodeStreamsMinBytes = int64_t(512) << 10;
 // Each of those streams asks for its weights this many bytes ahead, into every cache level (prefetcht0). On an
 // Intel Xeon (2 cores, AVX-512 + AMX) decode of the E2B-width model then read its weights 6-18 % (bf16), 11-13 %
